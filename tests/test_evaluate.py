@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, build_prompt, load_benchmark, oracle_check,
-                                  read_results, recognise)
+from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, ManifestMismatch, build_prompt, load_benchmark, main,
+                                  oracle_check, read_results, recognise)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(os.environ.get("EASYVIDEOR1_BENCHMARKS", ROOT.parent / "shared" / "benchmarks"))
@@ -56,15 +56,56 @@ def test_broken_annotation_names_the_record(tmp_path):
         load_benchmark(bad)
 
 
-def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "easyvideor1.evaluate", *args], env=ENV, capture_output=True, text=True, **kw)
-
-
-def test_missing_videos_are_failures_in_the_denominator(tmp_path):
+def test_missing_videos_are_failures_in_the_denominator(tmp_path, capsys):
     # the sample annotations come without their videos: every item fails to load, and is counted
-    r = _cli("run", "--engine", "oracle", "--bench", str(BENCH_DIR / "lvbench.json"), "--out", str(tmp_path / "run"), "--no-progress")
-    assert r.returncode == 0, r.stderr
-    s = json.loads(r.stdout.strip().splitlines()[-1])
+    main(["run", "--engine", "oracle", "--bench", str(BENCH_DIR / "lvbench.json"), "--out", str(tmp_path / "run"), "--no-progress"])
+    s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (s["n"], s["failed"], s["accuracy"]) == (24, 24, 0.0)
     rows = read_results(tmp_path / "run" / "lvbench.jsonl")
-    assert all(row["error"].startswith(("FileNotFoundError", "VideoDecodeError")) for row in rows), rows[0]["error"]
+    assert all(row["error"].startswith("VideoDecodeError") and "file not found" in row["error"] for row in rows), rows[0]["error"]
+
+
+def _text_suite(path, n):
+    "A training-format benchmark of text-only multiple-choice items (no media: the pipeline alone is tested)."
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"q{i}", "problem": f"Question {i}?", "answer": "AB"[i % 2], "problem_type": "multiple choice",
+                                "data_type": "text", "videos": [], "options": ["A. yes", "B. no"], "task": f"t{i % 3}"}) + "\n")
+    return path
+
+
+def _wait_for_lines(path, k, proc, limit=120):
+    t0 = time.time()
+    while time.time() - t0 < limit and proc.poll() is None:
+        if path.exists() and path.read_text().count("\n") >= k: return
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: fewer than {k} results after {limit} s (exit code {proc.poll()})")
+
+
+def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path):
+    bench, out = _text_suite(tmp_path / "synthetic.jsonl", 40), tmp_path / "run"
+    args = [sys.executable, "-m", "easyvideor1.evaluate", "run", "--engine", "oracle", "--oracle-delay", "0.05",
+            "--batch-size", "1", "--bench", str(bench), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    res = out / "synthetic.jsonl"
+    _wait_for_lines(res, 8, proc)
+    proc.send_signal(signal.SIGKILL); proc.wait()
+    before = read_results(res)
+    assert 8 <= len(before) < 40, f"the kill did not land mid-run ({len(before)} results)"
+    with open(res, "a") as f: f.write('{"id": "q39", "benchm')  # as if killed mid-write as well
+    r = subprocess.run(args, env=ENV, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    after = read_results(res)
+    ids = [row["id"] for row in after]
+    assert len(ids) == len(set(ids)) == 40, (len(ids), len(set(ids)))
+    assert set(ids) == {f"q{i}" for i in range(40)}
+    assert after[:len(before)] == before  # finished work untouched
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (s["n"], s["failed"], s["accuracy"]) == (40, 0, 1.0)
+
+
+def test_resume_under_another_manifest_is_refused(tmp_path):
+    bench, out = _text_suite(tmp_path / "synthetic.jsonl", 4), tmp_path / "run"
+    base = ["run", "--engine", "oracle", "--bench", str(bench), "--out", str(out), "--no-progress"]
+    main(base)
+    with pytest.raises(ManifestMismatch, match="seed"): main(base + ["--seed", "1"])

@@ -7,15 +7,15 @@ __all__ = ['SCORERS', 'ACCURACY_WEIGHT', 'FORMAT_WEIGHT', 'NUM_REL_TOL', 'extrac
            'extract_fallback', 'normalize_problem_type', 'UnknownProblemType', 'ScorerError', 'Scorer', 'scorer',
            'get_scorer', 'compute_score', 'mc_letter', 'option_letter', 'multiple_choice_accuracy', 'words_to_number',
            'extract_numbers', 'extract_number', 'numbers_match', 'numerical_accuracy', 'mean_relative_accuracy',
-           'regression_accuracy', 'extract_boolean', 'boolean_accuracy', 'iou_1d', 'iou_2d', 'naive_mean_frame_iou',
-           'mean_frame_iou', 'as_interval', 'as_box', 'as_frame_boxes', 'load_json', 'temporal_grounding_accuracy',
+           'regression_accuracy', 'extract_boolean', 'boolean_accuracy', 'iou_1d', 'iou_2d', 'mean_frame_iou',
+           'as_interval', 'as_box', 'as_frame_boxes', 'load_json', 'temporal_grounding_accuracy',
            'spatial_grounding_accuracy', 'spatial_temporal_grounding_accuracy', 'tracking_accuracy', 'tokenize',
            'lcs_length', 'rouge_scores', 'open_ended_accuracy', 'edit_distance', 'ocr_accuracy', 'MathTimeout',
            'MathVerifier', 'math_verifier', 'math_accuracy', 'extract_code', 'python_compiles', 'python_structure',
            'run_python_tests', 'python_code_accuracy', 'tag_overlap', 'svg_code_accuracy', 'html_code_accuracy',
            'preference_label', 'preference_accuracy', 'RewardWarning', 'ScoreStats', 'compute_scores']
 
-# %% ../nbs/04_rewards.ipynb #61e4d8fb
+# %% ../nbs/04_rewards.ipynb #056dee3e
 import ast
 import atexit
 import json
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
 
-# %% ../nbs/04_rewards.ipynb #b703efae
+# %% ../nbs/04_rewards.ipynb #806ae94d
 _LAST_ANSWER_RE = re.compile(r".*<answer>(.*?)</answer>", re.S | re.I)
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.S | re.I)
 
@@ -50,7 +50,7 @@ def extract_answer(text: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=4096)  # a step holds a few hundred distinct ground truths; this bounds memory
 def extract_ground_truth(gt: str) -> str:
     "The answer inside a ground truth: its last `<answer>` tag, else its `<think>` tag, else the text."
     ans = extract_answer(gt)
@@ -58,7 +58,7 @@ def extract_ground_truth(gt: str) -> str:
     m = _THINK_RE.search(gt)
     return m.group(1).strip() if m else gt.strip()
 
-# %% ../nbs/04_rewards.ipynb #faa45dfc
+# %% ../nbs/04_rewards.ipynb #fdb83092
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FINAL_RE = re.compile(r"(?i:(?:final\s+answer|the\s+answer)\s*(?:is|:)|answer\s*:)\s*(.+?)\s*(?:\.(?:\s|$)|\n|$)")
 
@@ -83,7 +83,7 @@ def extract_fallback(text: str) -> str | None:
     ms = _FINAL_RE.findall(text)
     return ms[-1].strip() if ms else None
 
-# %% ../nbs/04_rewards.ipynb #0765a8e7
+# %% ../nbs/04_rewards.ipynb #92877bbf
 def normalize_problem_type(problem_type: str) -> str:
     "Fold case, spaces, hyphens and underscores: 'Open_Ended' and 'open-ended' -> 'open ended'."
     return " ".join(re.split(r"[\s_\-]+", problem_type.strip().lower())).strip()
@@ -113,7 +113,7 @@ class Scorer:
 
 SCORERS: dict[str, Scorer] = {}  # normalised name or alias -> Scorer
 
-# %% ../nbs/04_rewards.ipynb #96817ecc
+# %% ../nbs/04_rewards.ipynb #7870e390
 def _always(content: str) -> bool: return True
 
 
@@ -125,7 +125,7 @@ def scorer(name: str,  # canonical problem type
            replace: bool = False):  # allow overriding an existing registration
     "Decorator registering an accuracy function as the scorer of `name` and its `aliases`."
     def register(fn):
-        s = Scorer(name, fn, format_check or _always, lru_cache(maxsize=65536)(parse_gt or str),
+        s = Scorer(name, fn, format_check or _always, lru_cache(maxsize=4096)(parse_gt or str),
                    fallback, tuple(aliases))
         keys = [normalize_problem_type(k) for k in (name, *aliases)]
         taken = [k for k in keys if k in SCORERS and SCORERS[k].name != name]
@@ -133,10 +133,11 @@ def scorer(name: str,  # canonical problem type
             raise ValueError(f"problem types {taken} are already registered to "
                              f"{[SCORERS[k].name for k in taken]}; pass replace=True to override")
         for k in keys: SCORERS[k] = s
+        _route.cache_clear()  # a spelling that was unknown before may route now
         return fn
     return register
 
-# %% ../nbs/04_rewards.ipynb #a259a7a4
+# %% ../nbs/04_rewards.ipynb #758731ab
 @lru_cache(maxsize=1024)
 def _route(problem_type: str) -> Scorer | None:
     return SCORERS.get(normalize_problem_type(problem_type))
@@ -156,7 +157,7 @@ def get_scorer(problem_type: str,  # the sample's problem_type, any spelling
                              f"(normalised {normalize_problem_type(problem_type)!r}); known types: {known}. "
                              "Register one with @scorer or pass fallback_type= explicitly.")
 
-# %% ../nbs/04_rewards.ipynb #b0bb0565
+# %% ../nbs/04_rewards.ipynb #0881bf47
 ACCURACY_WEIGHT, FORMAT_WEIGHT = 0.9, 0.1
 
 
@@ -182,7 +183,7 @@ def _score(s: Scorer, response: str, ground_truth, aw: float, fw: float, extra: 
 def _describe(response, ground_truth, extra) -> str:
     pid = extra.get("problem_id")
     return (f"{'problem_id=' + repr(pid) + ', ' if pid is not None else ''}"
-            f"response={response[-300:]!r}, ground_truth={str(ground_truth)[:300]!r}")
+            f"response={str(response)[-300:]!r}, ground_truth={str(ground_truth)[:300]!r}")
 
 
 def compute_score(response: str,  # the model's full completion text
@@ -202,7 +203,7 @@ def compute_score(response: str,  # the model's full completion text
         raise ScorerError(f"{s.name} scorer raised {type(e).__name__}: {e} on "
                           f"{_describe(response, ground_truth, extra)}") from e
 
-# %% ../nbs/04_rewards.ipynb #6ffbc525
+# %% ../nbs/04_rewards.ipynb #93cedf37
 _MC_WHOLE_RE = re.compile(r"[\s(\[*]*([A-Ja-j])[\s)\].:*]*")
 _MC_LEAD_RE = re.compile(r"[\s(\[*]*([A-J])(?:[)\].:]|\s+-)")
 _MC_ANCHOR_RE = re.compile(r"(?i:\b(?:option|choice)\s*[:#]?\s*[(\[]?([a-j])(?![\w'’]))"
@@ -241,7 +242,7 @@ def option_letter(text: str, options: list[str]) -> str | None:
         if hits: return None  # duplicate options: ambiguous
     return None
 
-# %% ../nbs/04_rewards.ipynb #e2ee31ca
+# %% ../nbs/04_rewards.ipynb #a3565970
 _LETTER_SET = frozenset("ABCDEFGHIJ")
 
 
@@ -258,11 +259,11 @@ def multiple_choice_accuracy(pred: str, gt: str, options: list[str] | None = Non
         letter = option_letter(gt, options)
         if letter is None: raise ValueError(f"multiple-choice ground truth {gt!r} is no letter and matches no option of {options}")
         gt = letter
-    # an option's exact text first: "Point C" is option B's text, not the letter C
+    # an option's exact text first: "Point C" may be an option's text rather than the letter C
     letter = (option_letter(pred, options) if options and len(pred) > 3 else None) or mc_letter(pred)
     return float(letter == gt)
 
-# %% ../nbs/04_rewards.ipynb #79a686c9
+# %% ../nbs/04_rewards.ipynb #1095355f
 _NUM_RE = re.compile(r"""
     (?<![\w.])([-+−]?)                             # sign, not inside a word ("x2") or a range ("3-4")
     (?:\\d?frac\{(\d+(?:\.\d+)?)\}\{(\d+(?:\.\d+)?)\}  # \frac{a}{b}
@@ -295,7 +296,7 @@ def _match_value(m: re.Match) -> float:
     except (OverflowError, ZeroDivisionError): return math.inf  # dropped by the caller as not finite
     return -v if sign in ("-", "−") else v
 
-# %% ../nbs/04_rewards.ipynb #7fb55679
+# %% ../nbs/04_rewards.ipynb #a1b023f6
 def words_to_number(text: str) -> float | None:
     "The last number written in English words ('one hundred and five' -> 105), or None."
     runs, cur, words, last = [], None, re.findall(r"[a-z]+", text.lower().replace("-", " ")), None
@@ -338,7 +339,7 @@ def extract_number(text: str) -> tuple[float, bool] | None:
     nums = extract_numbers(text)
     return nums[-1] if nums else None
 
-# %% ../nbs/04_rewards.ipynb #735334e3
+# %% ../nbs/04_rewards.ipynb #5084172f
 NUM_REL_TOL = 1e-4  # relative tolerance of numerical equality
 
 
@@ -366,7 +367,7 @@ def numerical_accuracy(pred: str, gt: tuple[float, bool], **_) -> float:
     n = extract_number(pred)
     return float(n is not None and numbers_match(n, gt))
 
-# %% ../nbs/04_rewards.ipynb #5b72365e
+# %% ../nbs/04_rewards.ipynb #e41edea1
 _MRA_TOLS = (0.50, 0.45, 0.40, 0.35, 0.30, 0.25, 0.20, 0.15, 0.10, 0.05)  # 1 - t for t = 0.50 ... 0.95
 
 
@@ -382,7 +383,7 @@ def regression_accuracy(pred: str, gt: float, **_) -> float:
     n = extract_number(pred)
     return 0.0 if n is None else mean_relative_accuracy(n[0], gt)
 
-# %% ../nbs/04_rewards.ipynb #8906aa52
+# %% ../nbs/04_rewards.ipynb #731b13db
 _BOOL_RE = re.compile(r"(?<![^\W_])(yes|no|true|false)(?![^\W_])", re.I)
 _BOOL_VALUE = {"yes": True, "true": True, "no": False, "false": False}
 
@@ -408,7 +409,7 @@ def boolean_accuracy(pred: str, gt: bool, **_) -> float:
     "1 if the response's yes/no equals the ground truth's."
     return float(extract_boolean(pred) == gt)
 
-# %% ../nbs/04_rewards.ipynb #c2136d9d
+# %% ../nbs/04_rewards.ipynb #00750da2
 def iou_1d(a, b) -> float:
     "IoU of intervals `a = (s, e)` and `b`."
     inter = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
@@ -424,12 +425,7 @@ def iou_2d(a, b) -> float:
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
     return inter / union if union > 0 else float(tuple(a) == tuple(b))
 
-
-def naive_mean_frame_iou(pred: dict, gt: dict) -> float:
-    "Mean box IoU over the ground truth's frames; a frame missing from `pred` counts 0."
-    return sum(iou_2d(pred[k], b) if k in pred else 0.0 for k, b in gt.items()) / len(gt)
-
-# %% ../nbs/04_rewards.ipynb #c738d516
+# %% ../nbs/04_rewards.ipynb #ad9f3396
 def mean_frame_iou(pred: dict, gt: dict) -> float:
     "Mean box IoU over the ground truth's frames; a frame missing from `pred` counts 0."
     total = 0.0
@@ -445,7 +441,7 @@ def mean_frame_iou(pred: dict, gt: dict) -> float:
         elif tuple(p) == tuple(g) and (ax2 - ax1) * (ay2 - ay1) == 0: total += 1.0  # identical degenerate boxes
     return total / len(gt)
 
-# %% ../nbs/04_rewards.ipynb #8e290f64
+# %% ../nbs/04_rewards.ipynb #4b98f4f0
 _SEQ, _NUM = {list, tuple}, {int, float}  # exact types: JSON gives these, and bool is not a coordinate
 
 
@@ -479,7 +475,7 @@ def as_frame_boxes(x) -> dict[float, tuple] | None:
         out[key] = box
     return out
 
-# %% ../nbs/04_rewards.ipynb #bbf376cd
+# %% ../nbs/04_rewards.ipynb #186f0ebe
 _JSON_SPAN_RE = re.compile(r"[\[{].*[\]}]", re.S)
 
 
@@ -499,7 +495,7 @@ def load_json(text: str) -> Any:
 def _get(obj, key):
     return obj.get(key) if isinstance(obj, dict) else None
 
-# %% ../nbs/04_rewards.ipynb #a94f1e3f
+# %% ../nbs/04_rewards.ipynb #4bdb8257
 def _interval_of(obj):
     return as_interval(_get(obj, "time")) or as_interval(obj)
 
@@ -523,7 +519,7 @@ def temporal_grounding_accuracy(pred: str, gt: tuple[float, float], **_) -> floa
     t = _interval_of(load_json(pred))
     return 0.0 if t is None else iou_1d(t, gt)
 
-# %% ../nbs/04_rewards.ipynb #fe53343e
+# %% ../nbs/04_rewards.ipynb #6151fa3f
 def _box_of(obj):
     return as_box(_get(obj, "boxes")) or as_box(_get(obj, "box")) or as_box(obj)
 
@@ -541,7 +537,7 @@ def spatial_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
     b = _box_of(load_json(pred))
     return 0.0 if b is None else iou_2d(b, gt)
 
-# %% ../nbs/04_rewards.ipynb #e683b7c0
+# %% ../nbs/04_rewards.ipynb #ed97e8f8
 def _gt_st(gt: str) -> tuple:
     obj = _gt_json(gt, "spatial-temporal grounding")
     t, boxes = as_interval(_get(obj, "time")), as_frame_boxes(_get(obj, "boxes") or {})
@@ -568,7 +564,7 @@ def spatial_temporal_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
     if not gt_boxes: return tiou
     return 0.5 * tiou + 0.5 * mean_frame_iou(_json_frame_boxes(pred) or {}, gt_boxes)
 
-# %% ../nbs/04_rewards.ipynb #ff67da8d
+# %% ../nbs/04_rewards.ipynb #2b682dc2
 def _gt_track(gt: str) -> dict:
     boxes = as_frame_boxes(_get(_gt_json(gt, "tracking"), "boxes"))
     if not boxes: raise ValueError(f"tracking ground truth {gt[:200]!r} needs non-empty 'boxes': {{sec: box}}")
@@ -581,7 +577,7 @@ def tracking_accuracy(pred: str, gt: dict, **_) -> float:
     "Mean box IoU over the ground truth's frames; an omitted frame counts 0."
     return mean_frame_iou(_json_frame_boxes(pred) or {}, gt)
 
-# %% ../nbs/04_rewards.ipynb #b2d8b42e
+# %% ../nbs/04_rewards.ipynb #f7b59235
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # kana and CJK ideographs: one token per char
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 
@@ -590,7 +586,7 @@ def tokenize(text: str) -> list[str]:
     "Casefolded word tokens of any script; each CJK character is a token."
     return _TOKEN_RE.findall(unicodedata.normalize("NFKC", text).casefold())
 
-# %% ../nbs/04_rewards.ipynb #0feb1f9d
+# %% ../nbs/04_rewards.ipynb #2117e41b
 def lcs_length(a: list, b: list) -> int:
     "Length of the longest common subsequence of token lists `a` and `b` (bit-parallel)."
     masks = {}
@@ -602,7 +598,7 @@ def lcs_length(a: list, b: list) -> int:
         row = x & ((x - ((row << 1) | 1)) ^ x)
     return row.bit_count()
 
-# %% ../nbs/04_rewards.ipynb #bfafa0c2
+# %% ../nbs/04_rewards.ipynb #ba10b3c9
 def _f1(overlap: int, n_pred: int, n_ref: int) -> float:
     return 0.0 if overlap == 0 else 2 * overlap / (n_pred + n_ref)
 
@@ -620,7 +616,7 @@ def rouge_scores(pred: list[str], ref: list[str]) -> dict[str, float]:
     out["rougeL"] = _f1(lcs_length(pred, ref), len(pred), len(ref))
     return out
 
-# %% ../nbs/04_rewards.ipynb #a80d5018
+# %% ../nbs/04_rewards.ipynb #5a452eb1
 def _tokens_gt(gt: str) -> tuple[str, ...]:
     toks = tuple(tokenize(gt))
     if not toks: raise ValueError(f"ground truth {gt!r} has no words to compare against")
@@ -636,7 +632,7 @@ def open_ended_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     r = rouge_scores(toks, list(gt))
     return sum(r.values()) / len(r)
 
-# %% ../nbs/04_rewards.ipynb #6de0880f
+# %% ../nbs/04_rewards.ipynb #d57e5cd0
 def edit_distance(a: list, b: list) -> int:
     "Levenshtein distance between token lists."
     row = list(range(len(b) + 1))
@@ -652,7 +648,7 @@ def ocr_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     "1 - word error rate, clipped at 0."
     return max(0.0, 1.0 - edit_distance(tokenize(pred), list(gt)) / len(gt))
 
-# %% ../nbs/04_rewards.ipynb #b83c5bab
+# %% ../nbs/04_rewards.ipynb #10b69bfa
 _MATH_WORKER_SRC = r'''
 import json, sys
 from math_verify import parse, verify
@@ -675,7 +671,7 @@ for line in sys.stdin:
 class MathTimeout(TimeoutError):
     "math-verify did not finish within the deadline."
 
-# %% ../nbs/04_rewards.ipynb #442e600e
+# %% ../nbs/04_rewards.ipynb #6eab6bfb
 class MathVerifier:
     "Symbolic equivalence in a worker process with a per-call deadline; safe to call from any thread."
     def __init__(self, timeout: float = 5.0,  # seconds per check
@@ -739,7 +735,7 @@ def math_verifier() -> MathVerifier:
         atexit.register(_MATH_VERIFIER.close)
     return _MATH_VERIFIER
 
-# %% ../nbs/04_rewards.ipynb #9f1ed354
+# %% ../nbs/04_rewards.ipynb #984021b4
 def _math_norm(s: str) -> str:
     s = re.sub(r"\s+|\$|\\[,;!]|\\left|\\right", "", s)
     return s[7:-1] if s.startswith("\\boxed{") and s.endswith("}") else s
@@ -754,11 +750,11 @@ def math_accuracy(pred: str, gt: str, **_) -> float:
     return float(_math_equal(_math_norm(gt), _math_norm(pred)))
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=16384)
 def _math_equal(gt: str, pred: str) -> bool:
     return math_verifier()(gt, pred)  # cached: a group's rollouts often repeat an answer; exceptions are not cached
 
-# %% ../nbs/04_rewards.ipynb #19c1bad9
+# %% ../nbs/04_rewards.ipynb #6779504a
 _FENCE_RE = re.compile(r"```[\w+#.-]*[ \t]*\n(.*?)```", re.S)
 
 
@@ -784,7 +780,7 @@ def python_structure(code: str) -> set[str]:
         elif isinstance(n, ast.ImportFrom) and n.module: out.add(n.module.split(".")[0])
     return out
 
-# %% ../nbs/04_rewards.ipynb #d34dd374
+# %% ../nbs/04_rewards.ipynb #63537f40
 _TEST_HARNESS = r'''
 import io, json, sys
 def main():  # the tag and the real stdout live in this frame, not in globals the program can import
@@ -822,7 +818,7 @@ def run_python_tests(code: str,  # the program under test
     passed = {line.split()[2] for line in out.decode(errors="replace").splitlines() if line.startswith(f"{tag} PASS ")}
     return len(passed) / len(tests)
 
-# %% ../nbs/04_rewards.ipynb #cb792d9b
+# %% ../nbs/04_rewards.ipynb #bdeb86ab
 def _structure_overlap(code: str, gt: str) -> float:
     try: gt_tree = ast.parse(gt)
     except SyntaxError as e: raise ValueError(f"code ground truth does not parse as Python: {e}") from e
@@ -842,7 +838,7 @@ def python_code_accuracy(pred: str, gt: str, tests: list[str] | str | None = Non
     if tests: return run_python_tests(code, [tests] if isinstance(tests, str) else list(tests), test_timeout)
     return _structure_overlap(code, gt)
 
-# %% ../nbs/04_rewards.ipynb #70f18785
+# %% ../nbs/04_rewards.ipynb #d0d2fab9
 _TAG_RE = re.compile(r"<\s*([A-Za-z][\w:-]*)")
 
 
@@ -871,7 +867,7 @@ def html_code_accuracy(pred: str, gt: str, **_) -> float:
     code = extract_code(pred)
     return tag_overlap(code, gt) if _TAG_RE.search(code) else 0.0
 
-# %% ../nbs/04_rewards.ipynb #5a8a7224
+# %% ../nbs/04_rewards.ipynb #6c4b2dd0
 _RESP = r"(?:response|answer|output|assistant)\s*#?\s*(1|2|one|two|a|b)\b"
 _CMP_RE = re.compile(rf"(?i)\b{_RESP}[^.;\n]*?\b(better|superior|preferred|preferable|worse|inferior)\b\s*(?:to|than)?\s*(?:\b{_RESP})?")
 _MENTION_RE = re.compile(rf"(?i)\b{_RESP}")
@@ -906,7 +902,7 @@ def preference_accuracy(pred: str, gt: str, **_) -> float:
     "1 if the judgement's label equals the ground truth's."
     return float(preference_label(pred) == gt)
 
-# %% ../nbs/04_rewards.ipynb #55e20f15
+# %% ../nbs/04_rewards.ipynb #19b705ba
 class RewardWarning(UserWarning):
     "A scorer raised on a sample; the sample was scored 0 and counted."
 
@@ -927,7 +923,7 @@ class ScoreStats:
                  for t, n in self.counts.items()]
         return "\n".join(rows) + f"\n\n{sum(self.counts.values())} responses in {self.seconds * 1e3:.1f} ms"
 
-# %% ../nbs/04_rewards.ipynb #835ca0ec
+# %% ../nbs/04_rewards.ipynb #274b3eb7
 def compute_scores(responses: list[str],  # completions
                    ground_truths: list,  # one per response
                    problem_types: list[str],  # one per response

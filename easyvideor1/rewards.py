@@ -15,7 +15,7 @@ __all__ = ['SCORERS', 'ACCURACY_WEIGHT', 'FORMAT_WEIGHT', 'NUM_REL_TOL', 'extrac
            'run_python_tests', 'python_code_accuracy', 'tag_overlap', 'svg_code_accuracy', 'html_code_accuracy',
            'preference_label', 'preference_accuracy', 'RewardWarning', 'ScoreStats', 'compute_scores']
 
-# %% ../nbs/04_rewards.ipynb #056dee3e
+# %% ../nbs/04_rewards.ipynb #0f36705b
 import ast
 import atexit
 import json
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
 
-# %% ../nbs/04_rewards.ipynb #806ae94d
+# %% ../nbs/04_rewards.ipynb #ef852389
 _LAST_ANSWER_RE = re.compile(r".*<answer>(.*?)</answer>", re.S | re.I)
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.S | re.I)
 
@@ -58,7 +58,7 @@ def extract_ground_truth(gt: str) -> str:
     m = _THINK_RE.search(gt)
     return m.group(1).strip() if m else gt.strip()
 
-# %% ../nbs/04_rewards.ipynb #fdb83092
+# %% ../nbs/04_rewards.ipynb #f8211067
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FINAL_RE = re.compile(r"(?i:(?:final\s+answer|the\s+answer)\s*(?:is|:)|answer\s*:)\s*(.+?)\s*(?:\.(?:\s|$)|\n|$)")
 
@@ -83,7 +83,7 @@ def extract_fallback(text: str) -> str | None:
     ms = _FINAL_RE.findall(text)
     return ms[-1].strip() if ms else None
 
-# %% ../nbs/04_rewards.ipynb #92877bbf
+# %% ../nbs/04_rewards.ipynb #6a12488b
 def normalize_problem_type(problem_type: str) -> str:
     "Fold case, spaces, hyphens and underscores: 'Open_Ended' and 'open-ended' -> 'open ended'."
     return " ".join(re.split(r"[\s_\-]+", problem_type.strip().lower())).strip()
@@ -113,7 +113,7 @@ class Scorer:
 
 SCORERS: dict[str, Scorer] = {}  # normalised name or alias -> Scorer
 
-# %% ../nbs/04_rewards.ipynb #7870e390
+# %% ../nbs/04_rewards.ipynb #74f942a7
 def _always(content: str) -> bool: return True
 
 
@@ -137,7 +137,7 @@ def scorer(name: str,  # canonical problem type
         return fn
     return register
 
-# %% ../nbs/04_rewards.ipynb #758731ab
+# %% ../nbs/04_rewards.ipynb #28683603
 @lru_cache(maxsize=1024)
 def _route(problem_type: str) -> Scorer | None:
     return SCORERS.get(normalize_problem_type(problem_type))
@@ -157,7 +157,7 @@ def get_scorer(problem_type: str,  # the sample's problem_type, any spelling
                              f"(normalised {normalize_problem_type(problem_type)!r}); known types: {known}. "
                              "Register one with @scorer or pass fallback_type= explicitly.")
 
-# %% ../nbs/04_rewards.ipynb #0881bf47
+# %% ../nbs/04_rewards.ipynb #2ac7f73d
 ACCURACY_WEIGHT, FORMAT_WEIGHT = 0.9, 0.1
 
 
@@ -203,7 +203,7 @@ def compute_score(response: str,  # the model's full completion text
         raise ScorerError(f"{s.name} scorer raised {type(e).__name__}: {e} on "
                           f"{_describe(response, ground_truth, extra)}") from e
 
-# %% ../nbs/04_rewards.ipynb #93cedf37
+# %% ../nbs/04_rewards.ipynb #95b510a7
 _MC_WHOLE_RE = re.compile(r"[\s(\[*]*([A-Ja-j])[\s)\].:*]*")
 _MC_LEAD_RE = re.compile(r"[\s(\[*]*([A-J])(?:[)\].:]|\s+-)")
 _MC_ANCHOR_RE = re.compile(r"(?i:\b(?:option|choice)\s*[:#]?\s*[(\[]?([a-j])(?![\w'’]))"
@@ -242,7 +242,7 @@ def option_letter(text: str, options: list[str]) -> str | None:
         if hits: return None  # duplicate options: ambiguous
     return None
 
-# %% ../nbs/04_rewards.ipynb #a3565970
+# %% ../nbs/04_rewards.ipynb #e6fc5a8e
 _LETTER_SET = frozenset("ABCDEFGHIJ")
 
 
@@ -263,7 +263,7 @@ def multiple_choice_accuracy(pred: str, gt: str, options: list[str] | None = Non
     letter = (option_letter(pred, options) if options and len(pred) > 3 else None) or mc_letter(pred)
     return float(letter == gt)
 
-# %% ../nbs/04_rewards.ipynb #1095355f
+# %% ../nbs/04_rewards.ipynb #a603de5e
 _NUM_RE = re.compile(r"""
     (?<![\w.])([-+−]?)                             # sign, not inside a word ("x2") or a range ("3-4")
     (?:\\d?frac\{(\d+(?:\.\d+)?)\}\{(\d+(?:\.\d+)?)\}  # \frac{a}{b}
@@ -296,7 +296,7 @@ def _match_value(m: re.Match) -> float:
     except (OverflowError, ZeroDivisionError): return math.inf  # dropped by the caller as not finite
     return -v if sign in ("-", "−") else v
 
-# %% ../nbs/04_rewards.ipynb #a1b023f6
+# %% ../nbs/04_rewards.ipynb #dfa69a65
 def words_to_number(text: str) -> float | None:
     "The last number written in English words ('one hundred and five' -> 105), or None."
     runs, cur, words, last = [], None, re.findall(r"[a-z]+", text.lower().replace("-", " ")), None
@@ -339,7 +339,7 @@ def extract_number(text: str) -> tuple[float, bool] | None:
     nums = extract_numbers(text)
     return nums[-1] if nums else None
 
-# %% ../nbs/04_rewards.ipynb #5084172f
+# %% ../nbs/04_rewards.ipynb #22c4906d
 NUM_REL_TOL = 1e-4  # relative tolerance of numerical equality
 
 
@@ -367,7 +367,7 @@ def numerical_accuracy(pred: str, gt: tuple[float, bool], **_) -> float:
     n = extract_number(pred)
     return float(n is not None and numbers_match(n, gt))
 
-# %% ../nbs/04_rewards.ipynb #e41edea1
+# %% ../nbs/04_rewards.ipynb #d96d993d
 _MRA_TOLS = (0.50, 0.45, 0.40, 0.35, 0.30, 0.25, 0.20, 0.15, 0.10, 0.05)  # 1 - t for t = 0.50 ... 0.95
 
 
@@ -383,7 +383,7 @@ def regression_accuracy(pred: str, gt: float, **_) -> float:
     n = extract_number(pred)
     return 0.0 if n is None else mean_relative_accuracy(n[0], gt)
 
-# %% ../nbs/04_rewards.ipynb #731b13db
+# %% ../nbs/04_rewards.ipynb #1ceed97b
 _BOOL_RE = re.compile(r"(?<![^\W_])(yes|no|true|false)(?![^\W_])", re.I)
 _BOOL_VALUE = {"yes": True, "true": True, "no": False, "false": False}
 
@@ -409,7 +409,7 @@ def boolean_accuracy(pred: str, gt: bool, **_) -> float:
     "1 if the response's yes/no equals the ground truth's."
     return float(extract_boolean(pred) == gt)
 
-# %% ../nbs/04_rewards.ipynb #00750da2
+# %% ../nbs/04_rewards.ipynb #52e03610
 def iou_1d(a, b) -> float:
     "IoU of intervals `a = (s, e)` and `b`."
     inter = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
@@ -425,7 +425,7 @@ def iou_2d(a, b) -> float:
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
     return inter / union if union > 0 else float(tuple(a) == tuple(b))
 
-# %% ../nbs/04_rewards.ipynb #ad9f3396
+# %% ../nbs/04_rewards.ipynb #62354e0d
 def mean_frame_iou(pred: dict, gt: dict) -> float:
     "Mean box IoU over the ground truth's frames; a frame missing from `pred` counts 0."
     total = 0.0
@@ -441,7 +441,7 @@ def mean_frame_iou(pred: dict, gt: dict) -> float:
         elif tuple(p) == tuple(g) and (ax2 - ax1) * (ay2 - ay1) == 0: total += 1.0  # identical degenerate boxes
     return total / len(gt)
 
-# %% ../nbs/04_rewards.ipynb #4b98f4f0
+# %% ../nbs/04_rewards.ipynb #fac4eeb1
 _SEQ, _NUM = {list, tuple}, {int, float}  # exact types: JSON gives these, and bool is not a coordinate
 
 
@@ -475,7 +475,7 @@ def as_frame_boxes(x) -> dict[float, tuple] | None:
         out[key] = box
     return out
 
-# %% ../nbs/04_rewards.ipynb #186f0ebe
+# %% ../nbs/04_rewards.ipynb #66c5135f
 _JSON_SPAN_RE = re.compile(r"[\[{].*[\]}]", re.S)
 
 
@@ -495,7 +495,7 @@ def load_json(text: str) -> Any:
 def _get(obj, key):
     return obj.get(key) if isinstance(obj, dict) else None
 
-# %% ../nbs/04_rewards.ipynb #4bdb8257
+# %% ../nbs/04_rewards.ipynb #d1370900
 def _interval_of(obj):
     return as_interval(_get(obj, "time")) or as_interval(obj)
 
@@ -519,7 +519,7 @@ def temporal_grounding_accuracy(pred: str, gt: tuple[float, float], **_) -> floa
     t = _interval_of(load_json(pred))
     return 0.0 if t is None else iou_1d(t, gt)
 
-# %% ../nbs/04_rewards.ipynb #6151fa3f
+# %% ../nbs/04_rewards.ipynb #a0988553
 def _box_of(obj):
     return as_box(_get(obj, "boxes")) or as_box(_get(obj, "box")) or as_box(obj)
 
@@ -537,7 +537,7 @@ def spatial_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
     b = _box_of(load_json(pred))
     return 0.0 if b is None else iou_2d(b, gt)
 
-# %% ../nbs/04_rewards.ipynb #ed97e8f8
+# %% ../nbs/04_rewards.ipynb #39c23e9e
 def _gt_st(gt: str) -> tuple:
     obj = _gt_json(gt, "spatial-temporal grounding")
     t, boxes = as_interval(_get(obj, "time")), as_frame_boxes(_get(obj, "boxes") or {})
@@ -564,7 +564,7 @@ def spatial_temporal_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
     if not gt_boxes: return tiou
     return 0.5 * tiou + 0.5 * mean_frame_iou(_json_frame_boxes(pred) or {}, gt_boxes)
 
-# %% ../nbs/04_rewards.ipynb #2b682dc2
+# %% ../nbs/04_rewards.ipynb #83359c9e
 def _gt_track(gt: str) -> dict:
     boxes = as_frame_boxes(_get(_gt_json(gt, "tracking"), "boxes"))
     if not boxes: raise ValueError(f"tracking ground truth {gt[:200]!r} needs non-empty 'boxes': {{sec: box}}")
@@ -577,7 +577,7 @@ def tracking_accuracy(pred: str, gt: dict, **_) -> float:
     "Mean box IoU over the ground truth's frames; an omitted frame counts 0."
     return mean_frame_iou(_json_frame_boxes(pred) or {}, gt)
 
-# %% ../nbs/04_rewards.ipynb #f7b59235
+# %% ../nbs/04_rewards.ipynb #a7b5b5aa
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # kana and CJK ideographs: one token per char
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 
@@ -586,7 +586,7 @@ def tokenize(text: str) -> list[str]:
     "Casefolded word tokens of any script; each CJK character is a token."
     return _TOKEN_RE.findall(unicodedata.normalize("NFKC", text).casefold())
 
-# %% ../nbs/04_rewards.ipynb #2117e41b
+# %% ../nbs/04_rewards.ipynb #166f536c
 def lcs_length(a: list, b: list) -> int:
     "Length of the longest common subsequence of token lists `a` and `b` (bit-parallel)."
     masks = {}
@@ -598,7 +598,7 @@ def lcs_length(a: list, b: list) -> int:
         row = x & ((x - ((row << 1) | 1)) ^ x)
     return row.bit_count()
 
-# %% ../nbs/04_rewards.ipynb #ba10b3c9
+# %% ../nbs/04_rewards.ipynb #a2d874fa
 def _f1(overlap: int, n_pred: int, n_ref: int) -> float:
     return 0.0 if overlap == 0 else 2 * overlap / (n_pred + n_ref)
 
@@ -616,7 +616,7 @@ def rouge_scores(pred: list[str], ref: list[str]) -> dict[str, float]:
     out["rougeL"] = _f1(lcs_length(pred, ref), len(pred), len(ref))
     return out
 
-# %% ../nbs/04_rewards.ipynb #5a452eb1
+# %% ../nbs/04_rewards.ipynb #73f840ff
 def _tokens_gt(gt: str) -> tuple[str, ...]:
     toks = tuple(tokenize(gt))
     if not toks: raise ValueError(f"ground truth {gt!r} has no words to compare against")
@@ -632,7 +632,7 @@ def open_ended_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     r = rouge_scores(toks, list(gt))
     return sum(r.values()) / len(r)
 
-# %% ../nbs/04_rewards.ipynb #d57e5cd0
+# %% ../nbs/04_rewards.ipynb #e5cca5ca
 def edit_distance(a: list, b: list) -> int:
     "Levenshtein distance between token lists."
     row = list(range(len(b) + 1))
@@ -648,9 +648,10 @@ def ocr_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     "1 - word error rate, clipped at 0."
     return max(0.0, 1.0 - edit_distance(tokenize(pred), list(gt)) / len(gt))
 
-# %% ../nbs/04_rewards.ipynb #10b69bfa
+# %% ../nbs/04_rewards.ipynb #1a0700b8
 _MATH_WORKER_SRC = r'''
-import json, sys
+import json, logging, sys
+logging.disable(logging.WARNING)  # math-verify warns on every call that we own the timeout
 from math_verify import parse, verify
 def p(s):
     s = s.strip()
@@ -671,13 +672,14 @@ for line in sys.stdin:
 class MathTimeout(TimeoutError):
     "math-verify did not finish within the deadline."
 
-# %% ../nbs/04_rewards.ipynb #6eab6bfb
+# %% ../nbs/04_rewards.ipynb #230a8861
 class MathVerifier:
     "Symbolic equivalence in a worker process with a per-call deadline; safe to call from any thread."
     def __init__(self, timeout: float = 5.0,  # seconds per check
-                 start_timeout: float = 120.0):  # seconds for the worker to import math-verify
-        self.timeout, self.start_timeout = timeout, start_timeout
-        self._proc, self._buf, self._lock = None, b"", threading.Lock()
+                 start_timeout: float = 120.0,  # seconds for the worker to import math-verify
+                 restart_every: int = 10_000):  # checks per worker process (bounds sympy's caches)
+        self.timeout, self.start_timeout, self.restart_every = timeout, start_timeout, restart_every
+        self._proc, self._buf, self._calls, self._lock = None, b"", 0, threading.Lock()
 
     def _readline(self, deadline: float) -> bytes | None:
         while b"\n" not in self._buf:
@@ -694,12 +696,14 @@ class MathVerifier:
         return self._err.read().decode(errors="replace")[-2000:]
 
     def _start(self):
-        self._err, self._buf = tempfile.TemporaryFile(), b""
+        self._err, self._buf, self._calls = tempfile.TemporaryFile(), b"", 0
         self._proc = subprocess.Popen([sys.executable, "-c", _MATH_WORKER_SRC], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._err)
-        if self._readline(time.monotonic() + self.start_timeout) != b"ready":
+        try: ready = self._readline(time.monotonic() + self.start_timeout)
+        except RuntimeError: self.close(); raise
+        if ready != b"ready":
             self.close()
-            raise RuntimeError("math-verify worker did not start")
+            raise RuntimeError(f"math-verify worker did not start within {self.start_timeout}s")
 
     def close(self):
         "Stop the worker process (a later call starts a new one)."
@@ -712,10 +716,17 @@ class MathVerifier:
         "Is `pred` mathematically equivalent to `gold`? Raises `MathTimeout` past the deadline."
         timeout = self.timeout if timeout is None else timeout
         with self._lock:
+            if self._proc is not None and self._calls >= self.restart_every: self.close()
             if self._proc is None: self._start()
-            self._proc.stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
-            self._proc.stdin.flush()
-            line = self._readline(time.monotonic() + timeout)
+            self._calls += 1
+            try:
+                self._proc.stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
+                self._proc.stdin.flush()
+                line = self._readline(time.monotonic() + timeout)
+            except OSError as e:  # the worker died (killed for memory, crashed): report, and replace it next call
+                err = self._stderr(); self.close()
+                raise RuntimeError(f"math-verify worker exited ({e}): {err}") from e
+            except RuntimeError: self.close(); raise
             if line is None:
                 self.close()
                 raise MathTimeout(f"math-verify took over {timeout}s on gold={gold[:200]!r}, pred={pred[:200]!r}")
@@ -725,17 +736,19 @@ class MathVerifier:
 
 
 _MATH_VERIFIER: MathVerifier | None = None
+_MATH_VERIFIER_LOCK = threading.Lock()
 
 
 def math_verifier() -> MathVerifier:
     "The shared `MathVerifier` used by the math scorer (started on first use, stopped at exit)."
     global _MATH_VERIFIER
-    if _MATH_VERIFIER is None:
-        _MATH_VERIFIER = MathVerifier()
-        atexit.register(_MATH_VERIFIER.close)
+    with _MATH_VERIFIER_LOCK:
+        if _MATH_VERIFIER is None:
+            _MATH_VERIFIER = MathVerifier()
+            atexit.register(_MATH_VERIFIER.close)
     return _MATH_VERIFIER
 
-# %% ../nbs/04_rewards.ipynb #984021b4
+# %% ../nbs/04_rewards.ipynb #b76278f9
 def _math_norm(s: str) -> str:
     s = re.sub(r"\s+|\$|\\[,;!]|\\left|\\right", "", s)
     return s[7:-1] if s.startswith("\\boxed{") and s.endswith("}") else s
@@ -754,7 +767,7 @@ def math_accuracy(pred: str, gt: str, **_) -> float:
 def _math_equal(gt: str, pred: str) -> bool:
     return math_verifier()(gt, pred)  # cached: a group's rollouts often repeat an answer; exceptions are not cached
 
-# %% ../nbs/04_rewards.ipynb #6779504a
+# %% ../nbs/04_rewards.ipynb #39cb0275
 _FENCE_RE = re.compile(r"```[\w+#.-]*[ \t]*\n(.*?)```", re.S)
 
 
@@ -780,7 +793,7 @@ def python_structure(code: str) -> set[str]:
         elif isinstance(n, ast.ImportFrom) and n.module: out.add(n.module.split(".")[0])
     return out
 
-# %% ../nbs/04_rewards.ipynb #63537f40
+# %% ../nbs/04_rewards.ipynb #dc45437f
 _TEST_HARNESS = r'''
 import io, json, sys
 def main():  # the tag and the real stdout live in this frame, not in globals the program can import
@@ -818,7 +831,7 @@ def run_python_tests(code: str,  # the program under test
     passed = {line.split()[2] for line in out.decode(errors="replace").splitlines() if line.startswith(f"{tag} PASS ")}
     return len(passed) / len(tests)
 
-# %% ../nbs/04_rewards.ipynb #bdeb86ab
+# %% ../nbs/04_rewards.ipynb #272f10c9
 def _structure_overlap(code: str, gt: str) -> float:
     try: gt_tree = ast.parse(gt)
     except SyntaxError as e: raise ValueError(f"code ground truth does not parse as Python: {e}") from e
@@ -838,7 +851,7 @@ def python_code_accuracy(pred: str, gt: str, tests: list[str] | str | None = Non
     if tests: return run_python_tests(code, [tests] if isinstance(tests, str) else list(tests), test_timeout)
     return _structure_overlap(code, gt)
 
-# %% ../nbs/04_rewards.ipynb #d0d2fab9
+# %% ../nbs/04_rewards.ipynb #01c80f47
 _TAG_RE = re.compile(r"<\s*([A-Za-z][\w:-]*)")
 
 
@@ -867,7 +880,7 @@ def html_code_accuracy(pred: str, gt: str, **_) -> float:
     code = extract_code(pred)
     return tag_overlap(code, gt) if _TAG_RE.search(code) else 0.0
 
-# %% ../nbs/04_rewards.ipynb #6c4b2dd0
+# %% ../nbs/04_rewards.ipynb #8c0761d6
 _RESP = r"(?:response|answer|output|assistant)\s*#?\s*(1|2|one|two|a|b)\b"
 _CMP_RE = re.compile(rf"(?i)\b{_RESP}[^.;\n]*?\b(better|superior|preferred|preferable|worse|inferior)\b\s*(?:to|than)?\s*(?:\b{_RESP})?")
 _MENTION_RE = re.compile(rf"(?i)\b{_RESP}")
@@ -902,7 +915,7 @@ def preference_accuracy(pred: str, gt: str, **_) -> float:
     "1 if the judgement's label equals the ground truth's."
     return float(preference_label(pred) == gt)
 
-# %% ../nbs/04_rewards.ipynb #19b705ba
+# %% ../nbs/04_rewards.ipynb #3c5b224a
 class RewardWarning(UserWarning):
     "A scorer raised on a sample; the sample was scored 0 and counted."
 
@@ -923,7 +936,7 @@ class ScoreStats:
                  for t, n in self.counts.items()]
         return "\n".join(rows) + f"\n\n{sum(self.counts.values())} responses in {self.seconds * 1e3:.1f} ms"
 
-# %% ../nbs/04_rewards.ipynb #274b3eb7
+# %% ../nbs/04_rewards.ipynb #20790b0e
 def compute_scores(responses: list[str],  # completions
                    ground_truths: list,  # one per response
                    problem_types: list[str],  # one per response

@@ -95,3 +95,20 @@ def test_math_timeout_is_counted_not_silent(monkeypatch):
         assert scores[1]["accuracy"] == 1.0
     finally:
         slow.close()
+
+
+def test_math_worker_death_is_reported_then_replaced():
+    "A worker killed from outside (e.g. for memory) raises once, naming the cause; the next call starts a new one."
+    v = MathVerifier(timeout=60, restart_every=2)
+    try:
+        assert v("2", "4/2") is True
+        os.kill(v._proc.pid, 9)
+        with pytest.raises(RuntimeError, match="worker exited"):
+            v("3", "6/2")
+        assert v._proc is None
+        assert v("3", "6/2") is True
+        first = v._proc.pid
+        assert v("x^2", "x*x") is True
+        assert v("1/2", "0.5") is True and v._proc.pid != first  # restarted after restart_every checks
+    finally:
+        v.close()

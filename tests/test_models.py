@@ -1,0 +1,74 @@
+"Model folders in fresh offline processes, the `small` size, and real-shape parameter counts."
+import os, subprocess, sys, textwrap
+import pytest, torch
+from easyvideor1.models import FAMILIES, VLM_SHAPES, qwen_vlm, qwen_processor, video_message, VIDEO_PAD_ID
+
+
+def run_offline(code: str, cache, timeout=600) -> str:
+    "Run `code` in a fresh Python with no hub access and its own easyvideor1 cache; return stdout."
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "EASYVIDEOR1_CACHE": str(cache),
+           "OMP_NUM_THREADS": "1", "HF_HOME": str(cache / "hf_home")}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, f"subprocess failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def test_saved_folders_reload_offline_in_fresh_processes(tmp_path):
+    "Build the tokenizers from scratch, save seeded tiny models, reload them elsewhere with Auto classes only."
+    run_offline(f"""
+        from easyvideor1.models import save_vlm
+        for family in {FAMILIES!r}: save_vlm({str(tmp_path)!r} + "/" + family, family, "tiny", seed=3)
+    """, tmp_path / "cache")
+    assert not [p for p in (tmp_path / "cache" / "tokenizer").iterdir() if p.name.startswith(".")], "temp dir left"
+    for family in FAMILIES:
+        assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {
+            p.name for p in (tmp_path / family).iterdir()}
+    out = run_offline(f"""
+        import torch
+        from transformers import AutoProcessor, AutoModelForImageTextToText
+        for family in {FAMILIES!r}:
+            folder = {str(tmp_path)!r} + "/" + family
+            p = AutoProcessor.from_pretrained(folder, local_files_only=True)
+            m = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True)
+            print(family, p.tokenizer("Hello world").input_ids, p.tokenizer.convert_tokens_to_ids("<|video_pad|>"))
+            video = torch.zeros(4, 3, 64, 64, dtype=torch.uint8)
+            msgs = [{{"role": "user", "content": [{{"type": "video"}}, {{"type": "text", "text": "Hi"}}]}}]
+            text = p.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            x = p(text=[text], videos=[video], video_metadata=[dict(fps=2.0, frames_indices=[0, 1, 2, 3],
+                  total_num_frames=4)], do_sample_frames=False, return_tensors="pt")
+            print(m.generate(**x, max_new_tokens=3).shape[1] > x["input_ids"].shape[1])
+    """, tmp_path / "cache2")
+    assert out.split("\n")[:4] == ["qwen2_5_vl [9707, 1879] 151656", "True", "qwen3_vl [9707, 1879] 151656", "True"]
+    for family in FAMILIES:
+        ref, loaded = qwen_vlm(family, "tiny", seed=3).state_dict(), qwen_vlm(tmp_path / family).state_dict()
+        assert ref.keys() == loaded.keys()
+        for k in ref: assert torch.equal(ref[k], loaded[k]), f"{family}: {k}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_small_size_forward_backward(family):
+    "The `small` size builds, takes a video and backpropagates to the vision tower."
+    model = qwen_vlm(family, "small", seed=0)
+    proc = qwen_processor(family)
+    video = torch.randint(0, 255, (8, 3, 112, 112), dtype=torch.uint8)
+    text = proc.apply_chat_template(video_message("Which way?"), tokenize=False, add_generation_prompt=True)
+    x = proc(text=[text + "left<|im_end|>"], videos=[video], video_metadata=[dict(fps=2.0, frames_indices=list(range(8)),
+             total_num_frames=8)], do_sample_frames=False, return_tensors="pt")
+    assert (x["input_ids"] == VIDEO_PAD_ID).sum() == 64
+    out = model(**x, labels=x["input_ids"])
+    out.loss.backward()
+    assert model.model.visual.patch_embed.proj.weight.grad.abs().sum() > 0
+
+
+# parameter counts the model cards state (in billions)
+OFFICIAL_PARAMS = {("qwen2_5_vl", "3b"): 3.75, ("qwen2_5_vl", "7b"): 8.29, ("qwen3_vl", "2b"): 2.13, ("qwen3_vl", "4b"): 4.44,
+                   ("qwen3_vl", "8b"): 8.77}
+
+
+@pytest.mark.parametrize("family,size", list(OFFICIAL_PARAMS))
+def test_real_shapes_match_official_parameter_counts(family, size):
+    "Real-shape configs built on the meta device have the official parameter counts."
+    model = qwen_vlm(family, size, device="meta")
+    n = sum(p.numel() for p in model.parameters()) / 1e9
+    assert abs(n - OFFICIAL_PARAMS[family, size]) < 0.01, f"{family} {size}: {n:.3f} B parameters"

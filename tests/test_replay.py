@@ -40,3 +40,17 @@ def test_threshold_mixes_only_into_failing_groups():
     assert log[0]["n_offline"] == 4
     assert online_acc(log) > 0.5
     assert log[-1]["n_offline"] < 4  # solved groups get no offline trajectory (and only n - 1 online rollouts)
+
+
+def test_offline_trajectory_with_qwen_tokenizer():
+    from easyvideor1.models import qwen_tokenizer
+    from easyvideor1.replay import offline_trajectory
+
+    tok = qwen_tokenizer("qwen2_5_vl")
+    text = "<think>The square moves to the left.</think><answer>A</answer>"
+    t = offline_trajectory(text, tok, max_response_len=4096, behaviour_logp=None, sample_id="s0")
+    assert t.ids[-1] == 151645 and tok.decode(t.ids[-1:]) == "<|im_end|>"
+    assert t.ids[:-1] == tok.encode(text, add_special_tokens=False) and not t.truncated and t.text == text
+    cut = offline_trajectory(text, tok, max_response_len=8, behaviour_logp=[-0.5] * len(t.ids))
+    assert cut.truncated and len(cut.ids) == 8 and 151645 not in cut.ids and len(cut.logp) == 8
+    assert text.startswith(cut.text) and cut.ids == t.ids[:8]

@@ -68,12 +68,12 @@ def offline_trajectory(
     text: str,  # the offline answer, e.g. "<think>...</think><answer>B</answer>"
     tokenizer,  # any Hugging Face tokenizer (encode / decode / convert_tokens_to_ids)
     max_response_len: int,  # the rollout's response budget in tokens
-    eot_token: str = "<|im_end|>",  # end-of-turn token appended after the text
+    eot_token: str | None = "<|im_end|>",  # end-of-turn token appended after the text (None: the original's bug, for lessons)
     behaviour_logp: Sequence[float] | None = None,  # log-prob of each token (text + end-of-turn) under the policy that wrote it
     sample_id: Any = None,  # names the sample in error messages
 ) -> Trajectory:
     "Tokenise an offline answer like a completion: end-of-turn appended, cut to the budget."
-    ids = tokenizer.encode(text, add_special_tokens=False) + [eot_id(tokenizer, eot_token)]
+    ids = tokenizer.encode(text, add_special_tokens=False) + ([] if eot_token is None else [eot_id(tokenizer, eot_token)])
     if behaviour_logp is not None and len(behaviour_logp) != len(ids):
         raise ValueError(f"replay: sample {sample_id}: {len(behaviour_logp)} behaviour log-probs for {len(ids)} tokens "
                          f"(text + {eot_token})")
@@ -253,6 +253,7 @@ def train_sparse(
     reward_fn: Callable = numeric_reward,  # (response, ground truth) -> reward
     accuracy_threshold: float | None = None,  # mix offline only into groups whose online accuracy is below this
     behaviour_logp: float | None = None,  # per-token behaviour log-prob of the offline text (0.0: a deterministic teacher)
+    offline_eot: bool = True,  # append <|im_end|> to offline text (False: the original's behaviour)
     **step_kw,  # more grpo_step arguments (clip_low, clip_high, agg, ...)
 ) -> list[dict]:  # per step: online accuracy, grad norm, replay metrics
     "GRPO with (or without) offline trajectories on an exact-answer task."
@@ -262,8 +263,9 @@ def train_sparse(
     samples = [dict(problem_id=i, has_offline_trajectory=True, offline_output=a) for i, a in enumerate(answers)]
     policy = TinyPolicy(n_prompts, vocab=len(tok), max_len=6)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
-    blp = lambda t: None if behaviour_logp is None else [behaviour_logp] * (len(t) + 1)  # text + end-of-turn
-    offline = [[offline_trajectory(t, tok, policy.max_len, behaviour_logp=blp(t), sample_id=i) for t in offline_texts(s)]
+    blp = lambda t: None if behaviour_logp is None else [behaviour_logp] * (len(t) + offline_eot)  # text (+ end-of-turn)
+    eot = "<|im_end|>" if offline_eot else None
+    offline = [[offline_trajectory(t, tok, policy.max_len, eot, blp(t), sample_id=i) for t in offline_texts(s)]
                for i, s in enumerate(samples)]
     logp_fn = lambda mb: token_logprobs(policy(mb.inputs["prompts"], mb.inputs["ids"]), mb.inputs["ids"])
     log = []

@@ -54,3 +54,11 @@ def test_offline_trajectory_with_qwen_tokenizer():
     cut = offline_trajectory(text, tok, max_response_len=8, behaviour_logp=[-0.5] * len(t.ids))
     assert cut.truncated and len(cut.ids) == 8 and 151645 not in cut.ids and len(cut.logp) == 8
     assert text.startswith(cut.text) and cut.ids == t.ids[:8]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_end_of_turn_token_matters(seed):
+    # the original's offline text has no end-of-turn token: the policy learns the answer but not to stop
+    mean = lambda log: sum(r["online_acc"] for r in log) / len(log)
+    with_eot, without_eot = train_sparse(steps=40, seed=seed), train_sparse(steps=40, seed=seed, offline_eot=False)
+    assert mean(with_eot) > mean(without_eot) + 0.15, (mean(with_eot), mean(without_eot))

@@ -151,6 +151,31 @@ def test_truncated_prompt_is_caught(suite, procs):
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
+def test_every_micro_batch_calls_the_tower_twice_and_grads_every_vision_param(fam, suite, procs):
+    "Text-only, image-only, video-only and mixed micro-batches: 2 tower calls, a gradient on every vision parameter."
+    from easyvideor1.models import qwen_vlm
+    p, model = procs[fam], qwen_vlm(fam, "tiny", seed=0)
+    model.get_input_embeddings().weight.requires_grad_(False)
+    video, image = stand_in_media(suite, fam)
+    v, i = read_samples(suite / "train.jsonl")
+    t = replace(v, id="text", videos=[], data_type="text", problem="Which direction is left of right?")
+    items = [with_completion(prompt_inputs(p, s, m), p.tokenizer("<answer>B</answer>").input_ids, p)
+             for s, m in ((t, Media()), (i, image), (v, video))]
+    big = collate(items, p.tokenizer.pad_token_id, pad_side="left")
+    calls = []
+    model.model.visual.register_forward_hook(lambda *_: calls.append(1))
+    for idx in ([0], [1], [2], [0, 1, 2]):
+        mb = split(big, idx)
+        model.zero_grad(set_to_none=True)
+        calls.clear()
+        logits = forward_vlm(model, mb, logits_to_keep=8).logits
+        assert len(calls) == 2, idx
+        mask = mb.completion_mask[:, -7:]
+        torch.nn.functional.cross_entropy(logits[:, :-1][mask].float(), mb.input_ids[:, -7:][mask]).backward()
+        assert all(q.grad is not None for q in model.model.visual.parameters()), idx
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
 def test_generate_on_left_padded_mixed_batch(fam, suite, procs):
     "HF generate takes a left-padded batch's model_kwargs; batched and one-by-one greedy outputs agree."
     from easyvideor1.models import qwen_vlm

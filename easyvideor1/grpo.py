@@ -309,14 +309,14 @@ def grpo_step(
     kl_kind: str = "k3",  # KL estimator
     tis_cap: float | None = None,  # truncated IS cap for rollout/trainer mismatch (needs rollout_logp)
     entropy_coef: float = 0.0,  # entropy bonus (needs logp_fn to return entropy)
-    token_loss_fn: Callable | None = None,  # (logp, old_logp, MicroBatch) -> TokenLoss; default PPO-family
+    token_loss_fn: Callable | None = None,  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss; default policy_token_loss
     params: Sequence[Tensor] | None = None,  # parameters to clip (default: the optimizer's)
     n_total: float | None = None,  # loss denominator (tokens or sequences); default this call's, pass the global one under DDP
     skip_nonfinite: bool = False,  # a nan/inf gradient norm: skip the step (counted in "skipped") instead of raising
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
-    if token_loss_fn is None:
-        token_loss_fn = lambda lp, old, mb: policy_token_loss(lp, old, mb.adv, mb.mask, clip_low, clip_high, dual_clip, method)
+    if token_loss_fn is None: token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
+    clip_kw = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, method=method)
     params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]
     if n_total is None:
         n_total = sum(float(mb.mask.sum()) for mb in micro_batches) if agg == "token_mean" else sum(len(mb.mask) for mb in micro_batches)
@@ -327,7 +327,7 @@ def grpo_step(
         out = logp_fn(mb)
         logp, ent = out if isinstance(out, tuple) else (out, None)  # (B, T)
         old = logp.detach() if mb.old_logp is None else mb.old_logp  # (B, T)
-        tl = token_loss_fn(logp, old, mb)
+        tl = token_loss_fn(logp, old, mb, **clip_kw)
         loss_tok = tl.loss  # (B, T)
         if tis_cap is not None:
             if mb.rollout_logp is None: raise ValueError("grpo_step: tis_cap is set but a MicroBatch has no rollout_logp")

@@ -201,12 +201,12 @@ def offpolicy_loss_fn(
     offpolicy: str = "none",  # "none", "is_clip" or "luffy"
     gamma: float = 0.1,  # LUFFY's shaping constant
     is_cap: float = 2.0,  # "is_clip" truncation
-    **clip_kw,  # clip_low, clip_high, dual_clip, method for online rows
-) -> Callable:  # (logp, old_logp, MicroBatch) -> TokenLoss, for grpo_step(token_loss_fn=...)
+    **clip_kw,  # clip_low, clip_high, dual_clip, method for online rows; grpo_step's own settings override these
+) -> Callable:  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss, for grpo_step(token_loss_fn=...)
     "A grpo_step token loss that applies the off-policy treatment to offline rows."
     if offpolicy not in OFFPOLICY: raise ValueError(f"offpolicy_loss_fn: offpolicy {offpolicy!r} not in {OFFPOLICY}")
-    return lambda lp, old, mb: offpolicy_token_loss(lp, old, mb.adv, mb.mask, mb.is_offline, mb.behaviour_logp,
-                                                    offpolicy, gamma, is_cap, **clip_kw)
+    return lambda lp, old, mb, **kw: offpolicy_token_loss(lp, old, mb.adv, mb.mask, mb.is_offline, mb.behaviour_logp,
+                                                          offpolicy, gamma, is_cap, **{**clip_kw, **kw})
 
 # %% ../nbs/07_replay.ipynb #8acab97a
 def replay_metrics(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from easyvideor1.evaluate import (EvalRequest, HFEvalEngine, MediaLoader, ResultsFile, build_prompt, contracts_for, load_benchmark,
+from easyvideor1.evaluate import (EvalRequest, HFEvalEngine, MediaLoader, ResultsFile, item_prompt, contracts_for, load_benchmark,
                                   make_manifest, run_pipeline, score_response)
 from easyvideor1.models import qwen_processor, qwen_vlm
 from easyvideor1.synthetic import make_suite
@@ -21,7 +21,7 @@ from easyvideor1.synthetic import make_suite
 def sequential(items, engine, loader):
     "Load, generate, score: one item at a time."
     for it in items:
-        req = EvalRequest(it, build_prompt(it), loader(it))
+        req = EvalRequest(it, item_prompt(it), loader(it))
         score_response(it, engine.generate([req])[0])
 
 

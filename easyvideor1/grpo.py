@@ -313,6 +313,7 @@ def grpo_step(
     params: Sequence[Tensor] | None = None,  # parameters to clip (default: the optimizer's)
     n_total: float | None = None,  # loss denominator (tokens or sequences); default this call's, pass the global one under DDP
     skip_nonfinite: bool = False,  # a nan/inf gradient norm: skip the step (counted in "skipped") instead of raising
+    reduce_grads: Callable | None = None,  # called with `params` after the last backward (e.g. a data-parallel all-reduce)
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
     if token_loss_fn is None: token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
@@ -349,6 +350,7 @@ def grpo_step(
         acc.sums["loss"] = acc.sums.get("loss", 0.0) + loss.item()
         acc.sums["pg_loss"] = acc.sums.get("pg_loss", 0.0) + pg_loss.item()
         acc.add_token_loss(tl, mb.mask)
+    if reduce_grads is not None: reduce_grads(params)
     return acc.finish(_clip_and_step(params, optimizer, max_grad_norm, skip_nonfinite))
 
 # %% ../nbs/06_grpo.ipynb #73e19cac

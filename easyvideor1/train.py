@@ -16,8 +16,8 @@ import yaml
 from tqdm.auto import tqdm
 
 from .cache import FrameCache
-from .data import load_media, prompt_inputs, read_samples
-from .grpo import group_advantages, grpo_step
+from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, with_completion
+from .grpo import MicroBatch, group_advantages, grpo_step, token_logprobs
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
 from .prefix import PrefixLogp, group_micro_batches
 from .replay import (Trajectory, mix_group, offline_texts, offline_trajectory, offpolicy_loss_fn, pad_trajectories,
@@ -31,8 +31,9 @@ from .video import ImageContract, VideoContract
 __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_dirs', 'step_seed', 'save_checkpoint',
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
            'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'grpo_update',
-           'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'prepare_data',
-           'contracts', 'lr_lambda', 'train', 'write_param_digest', 'parse_args', 'main']
+           'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type',
+           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'all_reduce_grads', 'prepare_data', 'contracts',
+           'lr_lambda', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -283,26 +284,66 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
     advs = list(torch.as_tensor(adv, dtype=torch.float32).split(sizes))  # per group (G,)
     mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], advs, micro_batch_size,
                               is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
-    logp_fn = PrefixLogp(model, shared_prefix, temperature, entropy=True)
+    logp_fn = PrefixLogp(model, shared_prefix, temperature)  # entropy is logged from the rollout instead (no vocab-wide pass)
     if updates > 1:
         with torch.no_grad():
-            for mb in mbs: mb.old_logp = logp_fn(mb)[0]  # (b, T) the policy before this batch's updates
+            for mb in mbs: mb.old_logp = logp_fn(mb)  # (b, T) the policy before this batch's updates
     if ref_model is not None:
         ref_fn = PrefixLogp(ref_model, shared_prefix, temperature)
         with torch.no_grad():
             for mb in mbs: mb.ref_logp = ref_fn(mb)  # (b, T)
-    clip = {k: step_kw[k] for k in ("clip_low", "clip_high", "method") if k in step_kw}
     stats = {}
-    for _ in range(updates): stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy, **clip), **step_kw)
+    for _ in range(updates): stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), **step_kw)
     return stats
 
+# %% ../nbs/10_train.ipynb #d50aad89
+def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int) -> list[MicroBatch]:
+    "Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1."
+    out = []
+    for s in range(0, len(prompts), micro_batch_size):
+        seqs = [with_completion(p, t.ids, processor) for p, t in zip(prompts[s:s + micro_batch_size], trajs[s:s + micro_batch_size])]
+        b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left")
+        T = int(b.completion_mask.sum(1).max())
+        out.append(MicroBatch(b, b.completion_mask[:, -T:].float(), torch.ones(len(seqs))))  # mask (B, T)
+    return out
+
+def batch_logp_fn(model, temperature: float = 1.0):
+    "`logp_fn` over a left-padded `Batch`: log-probs of its last T tokens, logits only where needed."
+    def logp_fn(mb: MicroBatch):
+        T = mb.mask.shape[1]
+        logits = forward_vlm(model, mb.inputs, logits_to_keep=T + 1).logits[:, :-1]  # (B, T, V)
+        return token_logprobs(logits, mb.inputs.input_ids[:, -T:], temperature)  # (B, T)
+    return logp_fn
+
+def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, **step_kw) -> dict:
+    "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
+    logp_fn, nll = batch_logp_fn(model), []
+    def recording(mb):
+        lp = logp_fn(mb)  # (B, T)
+        nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())
+        return lp
+    stats = grpo_step(recording, sft_micro_batches(prompts, trajs, processor, micro_batch_size), optimizer, **step_kw)
+    return dict(stats, nll=float(np.mean(nll)))
+
 # %% ../nbs/10_train.ipynb #84c24f72
-def evaluate_split(engine, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48) -> dict:
+@torch.no_grad()
+def greedy_texts(model, processor, prompts, max_new_tokens: int, batch_size: int = 16) -> list[str]:
+    "Greedy completions of many prompts, batched (left padded); with one completion per prompt there is no prefix to share."
+    tok, out = processor.tokenizer, []
+    for s in range(0, len(prompts), batch_size):
+        b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left")
+        ids = model.generate(**b.model_kwargs(), max_new_tokens=max_new_tokens, do_sample=False)[:, b.input_ids.shape[1]:]
+        out += tok.batch_decode(ids, skip_special_tokens=True)
+    return out
+
+def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48) -> list[dict]:
     "Greedy accuracy and format per problem type on held-out samples (this rank's share; gather outside)."
     n = len(samples) - len(samples) % world_size
     mine = list(range(n))[rank::world_size]
-    outs = engine.generate([prompts[i] for i in mine], SamplingConfig(n=1, temperature=0.0, max_new_tokens=max_new_tokens))
-    groups = [[Trajectory(c[0].token_ids, c[0].text)] for c in outs]
+    was_training = model.training; model.eval()
+    texts = greedy_texts(model, processor, [prompts[i] for i in mine], max_new_tokens)
+    model.train(was_training)
+    groups = [[Trajectory([], t)] for t in texts]
     scores, _ = score_groups([samples[i] for i in mine], groups)
     return [dict(problem_type=samples[i].problem_type, accuracy=s[0]["accuracy"], format=s[0]["format"], text=g[0].text)
             for i, s, g in zip(mine, scores, groups)]
@@ -357,6 +398,20 @@ def table_md(per: dict[str, dict], before: dict[str, dict] | None = None) -> str
         b = f" {before[t]['accuracy']:.3f} |" if before and t in before else (" |" if before else "")
         rows.append(f"| {t} | {v['n']} | {v['accuracy']:.3f} | {v['format']:.3f} |" + b)
     return "\n".join(rows)
+
+# %% ../nbs/10_train.ipynb #2f9b46b3
+def all_reduce_grads(params, world_size: int):
+    "Average gradients over data-parallel ranks in one flat all-reduce (missing gradients count as zeros)."
+    import torch.distributed as dist
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        if p.grad is None: p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (N,)
+    dist.all_reduce(flat)
+    flat /= world_size
+    k = 0
+    for p in params:
+        p.grad.copy_(flat[k:k + p.numel()].view_as(p)); k += p.numel()
 
 # %% ../nbs/10_train.ipynb #a73336af
 def _family_size(model: str) -> tuple[str, str | None]:
@@ -414,12 +469,16 @@ def train(cfg: TrainConfig) -> dict:
     betas = tuple(float(b) for b in cfg.betas.split(","))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+    from accelerate.utils import DistributedType
+    if acc.distributed_type == DistributedType.FSDP: model = acc.prepare_model(model)
+    else: acc.register_for_checkpointing(model)  # plain model; gradients averaged by all_reduce_grads
+    optimizer, scheduler = acc.prepare(optimizer, scheduler)
     policy = acc.unwrap_model(model)
+    reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 and acc.distributed_type != DistributedType.FSDP else None
     engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
     tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    eval_prompts = load_prompts(eval_samples, processor, vc, ic, cache)[1]
+    eval_prompts = load_prompts(eval_samples, processor, vc, ic, cache)[0]
     # --- resume
     state = load_checkpoint(acc, out, vc.hash) if cfg.resume else None
     start = state["step"] if state else 0
@@ -430,7 +489,7 @@ def train(cfg: TrainConfig) -> dict:
             p.write_text("".join(json.dumps(r) + "\n" for r in rows))
         acc.init_trackers("easyvideor1", config={k: v for k, v in asdict(cfg).items()})
     def run_eval(step):
-        rows = gather_object(evaluate_split(engine, eval_samples, eval_prompts, rank, world, cfg.max_new_tokens))
+        rows = gather_object(evaluate_split(policy, processor, eval_samples, eval_prompts, rank, world, cfg.max_new_tokens))
         table = per_type(rows)
         if main: append_jsonl(epath, dict(step=step, per_type=table))
         return table
@@ -448,8 +507,6 @@ def train(cfg: TrainConfig) -> dict:
         prompts, rprompts = load_prompts(batch, processor, vc, ic, cache); t["load"] = time.time() - t0     # phase 2
         offline = offline_groups(batch, tok, cfg.max_new_tokens)
         if sft:
-            groups = [g[:1] for g in offline]
-            adv = torch.ones(len(groups))
             row = dict(phase="sft")
         else:
             plans = plan_groups(replay_rows(batch), cfg.group_size, None if cfg.offline_mode == "none" else cfg.offline_mode,
@@ -472,15 +529,16 @@ def train(cfg: TrainConfig) -> dict:
             row = dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
                        format=float(np.mean([s["format"] for s in on])), zero_var_groups=n_zero,
                        response_len=float(np.mean([len(t_.ids) for g in groups for t_ in g if not t_.is_offline])),
+                       sampled_entropy=float(-np.mean([x for g in online for t_ in g for x in t_.logp or []] or [np.nan])),
                        **{f"acc/{k}": v for k, v in stats.mean_accuracy.items()}, scorer_errors=sum(stats.errors.values()),
                        **replay_metrics([t_ for g in groups for t_ in g], adv))
         t0 = time.time()
-        st = grpo_update(model, prompts, groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size, pad_id=pad_id,
-                         shared_prefix=cfg.shared_prefix, temperature=1.0 if sft else cfg.temperature,
-                         updates=1 if sft else cfg.updates_per_batch,
-                         offpolicy="none" if sft else cfg.offpolicy, ref_model=None if sft else ref_model,
-                         max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                         method=cfg.loss_method, agg=cfg.loss_agg, beta=0.0 if sft else cfg.beta, kl_kind=cfg.kl_kind)  # phase 7
+        step_kw = dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
+                       agg=cfg.loss_agg, reduce_grads=reduce)
+        if sft: st = sft_update(model, prompts, [g[0] for g in offline], processor, optimizer, cfg.micro_batch_size, **step_kw)
+        else: st = grpo_update(model, prompts, groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size, pad_id=pad_id,
+                               shared_prefix=cfg.shared_prefix, temperature=cfg.temperature, updates=cfg.updates_per_batch,
+                               offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind, **step_kw)  # phase 7
         scheduler.step(); t["update"] = time.time() - t0
         t0 = time.time(); sync_engine(engine, policy); t["sync"] = time.time() - t0                              # phase 8
         row.update(step=step, lr=scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
@@ -490,7 +548,7 @@ def train(cfg: TrainConfig) -> dict:
             merged = {k: (float(np.mean([r[k] for r in rows if k in r])) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
                       for k, v in rows[0].items()}
             append_jsonl(mpath, merged); acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
-            bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("reward", "accuracy", "loss") if k in merged})
+            bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
         done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_start > 60 * cfg.max_minutes)
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not done: run_eval(step + 1)
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):

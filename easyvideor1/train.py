@@ -45,10 +45,10 @@ class TrainConfig:
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
     synthetic_tasks: str = "direction"  # synthetic tasks to generate when data is "" (comma-separated)
     synthetic_n: int = 400  # synthetic training samples per task
-    synthetic_test_n: int = 100  # synthetic held-out samples per task
+    synthetic_test_n: int = 64  # synthetic held-out samples per task
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
     # --- model
-    model: str = "qwen2_5_vl:small"  # "family:size" (random init) or a local model folder
+    model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
     dtype: str = "float32"  # float32 or bfloat16
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
     # --- media budgets (separate for videos and images)
@@ -62,8 +62,8 @@ class TrainConfig:
     cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
     # --- rollout
     engine: str = "hf"  # "hf" (transformers generate) or "vllm"
-    prompts_per_step: int = 8  # prompts per optimizer step, over all ranks
-    group_size: int = 8  # G: completions per prompt
+    prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
+    group_size: int = 4  # G: completions per prompt
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
     max_new_tokens: int = 48  # response budget in tokens
@@ -84,21 +84,21 @@ class TrainConfig:
     offline_threshold: float = -1.0  # mix only when online accuracy is below this (<0: always)
     offpolicy: str = "none"  # none, is_clip, luffy
     # --- optimisation
-    lr: float = 5e-4  # AdamW learning rate (GRPO phase)
+    lr: float = 2e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
-    sft_steps: int = 0  # supervised warm-start steps on offline trajectories before GRPO
+    sft_steps: int = 120  # supervised warm-start steps on offline trajectories before GRPO
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 20  # GRPO steps
-    max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit)
+    max_steps: int = 30  # GRPO steps
+    max_minutes: float = 5.0  # stop GRPO after this many minutes (0: no limit)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between log lines
-    eval_every: int = 10  # steps between held-out evaluations (0: only at the end)
+    eval_every: int = 30  # steps between held-out evaluations (0: only at the end)
     eval_n: int = 64  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
@@ -494,12 +494,13 @@ def train(cfg: TrainConfig) -> dict:
         if main: append_jsonl(epath, dict(step=step, per_type=table))
         return table
     before = run_eval(start) if start == 0 else None
-    total, t_start = cfg.sft_steps + cfg.max_steps, time.time()
+    total, t_grpo = cfg.sft_steps + cfg.max_steps, None
     bar = tqdm(range(start, total), initial=start, total=total, disable=not main, desc="train")
     for step in bar:
         torch.manual_seed(step_seed(cfg.seed, step, rank)); random.seed(step_seed(cfg.seed, step, rank, 1))
         t = {}; t0 = time.time()
         sft = step < cfg.sft_steps
+        if not sft and t_grpo is None: t_grpo = time.time()
         pool = [s for s in samples if s.has_offline] if sft else samples
         if sft and not pool: raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
         n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
@@ -549,7 +550,7 @@ def train(cfg: TrainConfig) -> dict:
                       for k, v in rows[0].items()}
             append_jsonl(mpath, merged); acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
             bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
-        done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_start > 60 * cfg.max_minutes)
+        done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_grpo > 60 * cfg.max_minutes)
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not done: run_eval(step + 1)
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             save_checkpoint(acc, model, processor, dict(step=step + 1, config=asdict(cfg), contract_hash=vc.hash,

@@ -1,5 +1,6 @@
 """The project's shape: what nbdev and quarto need, checked without running them."""
 from configparser import ConfigParser
+import re
 from pathlib import Path
 
 import yaml
@@ -29,9 +30,5 @@ def test_setup_py_does_not_import_pkg_resources():
 
 def test_every_module_has_a_notebook():
     mods = {p.stem for p in (ROOT / "easyvideor1").glob("*.py") if not p.stem.startswith("_")}
-    exported = set()
-    for nb in (ROOT / "nbs").glob("*.ipynb"):
-        for line in nb.read_text().splitlines():
-            if "#| default_exp" in line:
-                exported.add(line.split("default_exp")[1].strip().strip('",\\n').strip())
+    exported = {m for nb in (ROOT / "nbs").glob("*.ipynb") for m in re.findall(r"#\| default_exp ([\w.]+)", nb.read_text())}
     assert mods <= exported, f"modules without a notebook: {sorted(mods - exported)}"

@@ -4,8 +4,8 @@
 
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
-import dataclasses, inspect, json, math, os, random, re, shutil, sys, time
-from dataclasses import dataclass, field, fields, asdict
+import dataclasses, inspect, json, math, os, random, re, shutil, time
+from dataclasses import dataclass, fields, asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,8 @@ __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_d
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
            'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'grpo_update',
            'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type',
-           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'all_reduce_grads', 'prepare_data', 'contracts',
-           'lr_lambda', 'train', 'write_param_digest', 'parse_args', 'main']
+           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'collect_groups', 'all_reduce_grads',
+           'prepare_data', 'contracts', 'lr_lambda', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -379,9 +379,14 @@ def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None 
     for key, label in (("reward", "reward (online)"), ("accuracy", "accuracy (online)"), ("format", "format (online)")):
         xs = [m["step"] for m in metrics if key in m]
         ax[0].plot(xs, [m[key] for m in metrics if key in m], label=label)
-    for m in metrics:
-        if m.get("phase") == "sft": ax[0].axvspan(m["step"] - 0.5, m["step"] + 0.5, color="0.92", lw=0)
-    ax[0].set(xlabel="step (grey: warm start)", ylim=(-0.05, 1.05), title="training"); ax[0].legend(fontsize=8)
+    sft = [m for m in metrics if m.get("phase") == "sft"]
+    if sft:
+        ax[0].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
+        nll = ax[0].twinx()
+        nll.plot([m["step"] for m in sft], [m["nll"] for m in sft], color="0.4", ls="--", label="warm-start NLL (right)")
+        nll.set(yscale="log", ylabel="NLL per token"); nll.legend(fontsize=8, loc="upper center")
+    ax[0].set(xlabel="step (grey: warm start on offline trajectories)", ylim=(-0.05, 1.05), title="training")
+    ax[0].legend(fontsize=8, loc="center right")
     types = sorted({t for e in evals for t in e["per_type"]})
     for t in types:
         ax[1].plot([e["step"] for e in evals], [e["per_type"][t]["accuracy"] for e in evals], marker="o", label=t)
@@ -398,6 +403,32 @@ def table_md(per: dict[str, dict], before: dict[str, dict] | None = None) -> str
         b = f" {before[t]['accuracy']:.3f} |" if before and t in before else (" |" if before else "")
         rows.append(f"| {t} | {v['n']} | {v['accuracy']:.3f} | {v['format']:.3f} |" + b)
     return "\n".join(rows)
+
+# %% ../nbs/10_train.ipynb #cb6c1002
+def collect_groups(engine, batch, rprompts, offline, sampling, cfg: TrainConfig, step: int, rank: int, timings: dict):
+    "Phases 3-6 of a GRPO step: rollout, offline mixing, rewards and advantages; returns (groups, adv, log row)."
+    plans = plan_groups(replay_rows(batch), cfg.group_size, None if cfg.offline_mode == "none" else cfg.offline_mode,
+                        cfg.offline_per_group, cfg.offline_threshold if cfg.offline_threshold >= 0 else None)
+    t0 = time.time()
+    comps = rollout_groups(engine, rprompts, [p.n_online for p in plans],
+                           dataclasses.replace(sampling, seed=step_seed(cfg.seed, step, rank, 2) % 2**31))  # phase 3
+    online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g] for g in comps]
+    timings["rollout"] = time.time() - t0; t0 = time.time()
+    online_scores, _ = score_groups(batch, online)                                      # phase 5, online members
+    groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
+    scores, stats = score_groups(batch, groups)                                         # phase 5
+    rewards = [t.reward for g in groups for t in g]
+    adv, n_zero = group_advantages(rewards, group_ids=[i for i, g in enumerate(groups) for _ in g], method=cfg.adv_method)  # phase 6
+    timings["reward"] = time.time() - t0
+    on = [s for g, sc in zip(groups, scores) for t, s in zip(g, sc) if not t.is_offline]
+    sampled = [x for g in online for t in g for x in t.logp or []]
+    row = dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
+               format=float(np.mean([s["format"] for s in on])), zero_var_groups=n_zero,
+               response_len=float(np.mean([len(t.ids) for g in online for t in g])),
+               sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # mean NLL of sampled tokens estimates entropy
+               **{f"acc/{k}": v for k, v in stats.mean_accuracy.items()}, scorer_errors=sum(stats.errors.values()),
+               **replay_metrics([t for g in groups for t in g], adv))
+    return groups, adv, row
 
 # %% ../nbs/10_train.ipynb #2f9b46b3
 def all_reduce_grads(params, world_size: int):
@@ -507,32 +538,8 @@ def train(cfg: TrainConfig) -> dict:
         batch = [pool[i] for i in shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)]  # phase 1
         prompts, rprompts = load_prompts(batch, processor, vc, ic, cache); t["load"] = time.time() - t0     # phase 2
         offline = offline_groups(batch, tok, cfg.max_new_tokens)
-        if sft:
-            row = dict(phase="sft")
-        else:
-            plans = plan_groups(replay_rows(batch), cfg.group_size, None if cfg.offline_mode == "none" else cfg.offline_mode,
-                                cfg.offline_per_group, cfg.offline_threshold if cfg.offline_threshold >= 0 else None)
-            t0 = time.time()
-            comps = rollout_groups(engine, rprompts, [p.n_online for p in plans],
-                                   dataclasses.replace(sampling, seed=step_seed(cfg.seed, step, rank, 2) % 2**31))       # phase 3
-            online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g]
-                      for g in comps]
-            t["rollout"] = time.time() - t0; t0 = time.time()
-            online_scores, _ = score_groups(batch, online)                                                   # phase 5 (online)
-            groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)               # phase 4
-            scores, stats = score_groups(batch, groups)                                                       # phase 5
-            rewards = [t_.reward for g in groups for t_ in g]
-            gids = [i for i, g in enumerate(groups) for _ in g]
-            adv, n_zero = group_advantages(rewards, group_ids=gids, method=cfg.adv_method)                  # phase 6
-            t["reward"] = time.time() - t0
-            flat = [s for g in scores for s in g]
-            on = [s for g, sc in zip(groups, scores) for t_, s in zip(g, sc) if not t_.is_offline]
-            row = dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
-                       format=float(np.mean([s["format"] for s in on])), zero_var_groups=n_zero,
-                       response_len=float(np.mean([len(t_.ids) for g in groups for t_ in g if not t_.is_offline])),
-                       sampled_entropy=float(-np.mean([x for g in online for t_ in g for x in t_.logp or []] or [np.nan])),
-                       **{f"acc/{k}": v for k, v in stats.mean_accuracy.items()}, scorer_errors=sum(stats.errors.values()),
-                       **replay_metrics([t_ for g in groups for t_ in g], adv))
+        if sft: groups, adv, row = None, None, dict(phase="sft")
+        else: groups, adv, row = collect_groups(engine, batch, rprompts, offline, sampling, cfg, step, rank, t)  # phases 3-6
         t0 = time.time()
         step_kw = dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
                        agg=cfg.loss_agg, reduce_grads=reduce)

@@ -14,8 +14,8 @@ from torch import Tensor, nn
 # %% auto #0
 __all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KINDS', 'LETTERS', 'token_logprobs',
            'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'TokenLoss', 'policy_token_loss',
-           'aggregate', 'token_stats', 'policy_loss', 'kl_penalty', 'tis_weights', 'MicroBatch', 'grpo_step',
-           'TinyPolicy', 'sample_tokens', 'mc_reward', 'train_bandit']
+           'aggregate', 'token_stats', 'policy_loss', 'kl_penalty', 'tis_weights', 'MicroBatch', 'loss_denominator',
+           'grpo_step', 'TinyPolicy', 'sample_tokens', 'mc_reward', 'train_bandit']
 
 # %% ../nbs/06_grpo.ipynb #3586706c
 CHUNK_ELEMS = 2**24  # float32 values (64 MiB) upcast at a time in token_logprobs / entropy_from_logits
@@ -294,6 +294,12 @@ def _describe(v):
     return type(v).__name__ if v is not None else "None"
 
 # %% ../nbs/06_grpo.ipynb #9d803698
+def loss_denominator(micro_batches: Sequence[MicroBatch], agg: str = "token_mean") -> float:
+    "What `aggregate` divides by for this mini-batch: its completion tokens (token_mean) or its sequences (other modes)."
+    if agg == "token_mean": return sum(float(mb.mask.sum()) for mb in micro_batches)
+    return float(sum(len(mb.mask) for mb in micro_batches))
+
+# %% ../nbs/06_grpo.ipynb #ad919cd0
 def grpo_step(
     logp_fn: Callable,  # MicroBatch -> logp (B, T), or (logp, entropy (B, T))
     micro_batches: Sequence[MicroBatch],  # one mini-batch, split to fit memory
@@ -319,8 +325,7 @@ def grpo_step(
     if token_loss_fn is None: token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
     clip_kw = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, method=method)
     params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]
-    if n_total is None:
-        n_total = sum(float(mb.mask.sum()) for mb in micro_batches) if agg == "token_mean" else sum(len(mb.mask) for mb in micro_batches)
+    if n_total is None: n_total = loss_denominator(micro_batches, agg)
     n_total = max(n_total, 1)  # an all-padding batch gives zero loss, not 0 / 0
     acc = _StepStats()
     optimizer.zero_grad(set_to_none=True)

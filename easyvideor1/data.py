@@ -321,6 +321,10 @@ class SampleInputs:
     def n_vision_patches(self) -> int:
         return sum(int(g.prod(-1).sum()) for g in (self.image_grid_thw, self.video_grid_thw) if g is not None)
 
+    def to(self, device) -> "SampleInputs":
+        "The same inputs with every tensor on `device` (the model's: a GPU trainer keeps prompts there)."
+        return replace(self, **{k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)})
+
     def _repr_markdown_(self):
         rows = [f"| `{k}` | {tuple(v.shape)} | {v.dtype} |" for k, v in vars(self).items() if isinstance(v, torch.Tensor)]
         return (f"**SampleInputs `{self.sample_id}`**: {len(self.input_ids)} tokens ({self.prompt_len} prompt)\n\n"

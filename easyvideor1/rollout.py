@@ -154,7 +154,7 @@ class HFEngine:
         gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id)
         groups = []
         for i, p in enumerate(prompts):
-            inputs = processor_inputs(self.processor, p)
+            inputs = {k: v.to(self.model.device) if torch.is_tensor(v) else v for k, v in processor_inputs(self.processor, p).items()}
             if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
             ids, logp = (self._shared if self.shared_prefix else self._naive)(inputs, sampling.n, gc)
             groups.append([make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids)
@@ -179,7 +179,7 @@ class HFEngine:
         rest = {k: v for k, v in inputs.items() if k != "input_ids"}
         pos = self.model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
         core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (n, 1)
-        out = self.model.generate(input_ids=ids.repeat(n, 1), attention_mask=torch.ones(n, P, dtype=torch.long),
+        out = self.model.generate(input_ids=ids.repeat(n, 1), attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device),
                                   position_ids=pos.repeat_interleave(n, 1), generation_config=gc, **{kw: cache})
         return _sampled_logprobs(out, P, gc.temperature or 0)
 

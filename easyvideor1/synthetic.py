@@ -348,12 +348,13 @@ def decode_mp4(path: str | Path) -> tuple[torch.Tensor, float]:
 # %% ../nbs/00_synthetic.ipynb #69abac17
 def to_row(ex: Example, problem_id: str, media: str,  # media path relative to the jsonl's folder
            offline: bool = False,  # attach the correct offline trajectory
+           think: bool = True,  # the offline trajectory reasons in <think> first; False: only <answer>
            ) -> dict:
     "The original EasyVideoR1 sample dict for an example whose media is at `media`."
     key = "videos" if ex.data_type == "video" else "images"
     return {"problem_id": problem_id, "problem": ex.problem, "answer": ex.answer, "problem_type": ex.problem_type,
             "data_type": ex.data_type, key: [media], "options": ex.options, "has_offline_trajectory": offline,
-            "offline_output": ex.offline_output if offline else "", "data_source": f"synthetic/{ex.task}"}
+            "offline_output": (ex.offline_output if think else f"<answer>{ex.answer}</answer>") if offline else "", "data_source": f"synthetic/{ex.task}"}
 
 # %% ../nbs/00_synthetic.ipynb #c374271c
 def _rng(seed: int, *keys: str | int) -> np.random.Generator:
@@ -373,6 +374,7 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, test.jsonl, video
                n_test: int = 4,  # test examples per task
                offline_fraction: float = 0.5,  # share of training examples with an offline trajectory
                crf: int = 23,  # x264 quality of the written videos
+               think: bool = True,  # offline trajectories reason in <think> before <answer> (False: answer only)
                task_options: dict[str, dict] | None = None,  # per-task generator keywords, e.g. {"direction": {"n_options": 4}}
                **options,  # generator keywords for every task that takes them: size, n_frames, fps, noise, speed, ...
                ) -> Path:
@@ -392,7 +394,7 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, test.jsonl, video
                 media = f"videos/{pid}.mp4" if ex.data_type == "video" else f"images/{pid}.png"
                 if ex.data_type == "video": write_video(out / media, ex.frames, ex.fps, crf)
                 else: write_image(out / media, ex.frames)
-                rows.append(to_row(ex, pid, media, i in offline))
+                rows.append(to_row(ex, pid, media, i in offline, think))
         _write_jsonl(out / f"{split}.jsonl", rows)
     return out
 

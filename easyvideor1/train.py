@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .cache import FrameCache
 from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, with_completion
-from .grpo import MicroBatch, group_advantages, grpo_step, token_logprobs
+from .grpo import MicroBatch, group_advantages, grpo_step, loss_denominator, token_logprobs
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
 from .prefix import PrefixLogp, group_micro_batches
 from .replay import (Trajectory, mix_group, offline_texts, offline_trajectory, offpolicy_loss_fn, pad_trajectories,
@@ -30,10 +30,11 @@ from .video import ImageContract, VideoContract
 # %% auto #0
 __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_dirs', 'step_seed', 'save_checkpoint',
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
-           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'grpo_update',
-           'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type',
-           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'collect_groups', 'all_reduce_grads',
-           'prepare_data', 'contracts', 'lr_lambda', 'train', 'write_param_digest', 'parse_args', 'main']
+           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total',
+           'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
+           'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md',
+           'collect_groups', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'train',
+           'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -44,9 +45,10 @@ class TrainConfig:
     eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
     synthetic_tasks: str = "direction"  # synthetic tasks to generate when data is "" (comma-separated)
-    synthetic_n: int = 400  # synthetic training samples per task
+    synthetic_n: int = 2000  # synthetic training samples per task
     synthetic_test_n: int = 64  # synthetic held-out samples per task
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
+    synthetic_think: bool = False  # synthetic offline trajectories reason in <think> first (False: <answer> only)
     # --- model
     model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
     dtype: str = "float32"  # float32 or bfloat16
@@ -60,6 +62,7 @@ class TrainConfig:
     image_min_pixels: int = 3136  # per image
     image_max_pixels: int = 12544  # per image
     cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
+    frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
     # --- rollout
     engine: str = "hf"  # "hf" (transformers generate) or "vllm"
     prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
@@ -86,7 +89,8 @@ class TrainConfig:
     # --- optimisation
     lr: float = 2e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
-    sft_steps: int = 120  # supervised warm-start steps on offline trajectories before GRPO
+    sft_steps: int = 320  # supervised warm-start steps on offline trajectories before GRPO
+    sft_answer_steps: int = 220  # the first warm-start steps train only the tokens of the <answer> content
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
@@ -98,7 +102,7 @@ class TrainConfig:
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between log lines
-    eval_every: int = 30  # steps between held-out evaluations (0: only at the end)
+    eval_every: int = 40  # steps between held-out evaluations (0: only at the end)
     eval_n: int = 64  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
@@ -224,10 +228,10 @@ def shard(items: list, rank: int, world_size: int) -> list:
     return items[rank * n:(rank + 1) * n]
 
 # %% ../nbs/10_train.ipynb #42650fab
-def load_prompts(samples, processor, video_contract, image_contract, cache=None) -> tuple[list, list]:
-    "Phase 2: frames + metadata from the cache; each prompt as checked model inputs (`05_data`) and as a rollout prompt (`08_rollout`)."
+def load_prompts(samples, processor, video_contract, image_contract, cache=None, device="cpu") -> tuple[list, list]:
+    "Phase 2: frames + metadata from the cache; each prompt as checked model inputs (`05_data`, on `device`) and as a rollout prompt (`08_rollout`)."
     media = [load_media(s, video_contract, image_contract, cache) for s in samples]
-    return ([prompt_inputs(processor, s, m) for s, m in zip(samples, media)],
+    return ([prompt_inputs(processor, s, m).to(device) for s, m in zip(samples, media)],
             [rollout_prompt(processor, s, m) for s, m in zip(samples, media)])
 
 def replay_rows(samples) -> list[dict]:
@@ -276,15 +280,33 @@ def sync_engine(engine, model):
     if hasattr(engine, "push_weights"): engine.push_weights(model)
 
 # %% ../nbs/10_train.ipynb #59911e64
+def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
+    "The loss denominator each rank passes to `grpo_step`: the global count / world size (`count_mean` averages over ranks)."
+    return None if count_mean is None else count_mean(loss_denominator(micro_batches, agg))
+
+def rollout_gap(trainer_logp, mb: MicroBatch) -> torch.Tensor:
+    "Per-token `trainer - rollout` log-prob differences on the online tokens of a micro-batch (empty without rollout log-probs)."
+    blp = mb.behaviour_logp  # (b, T) engine log-probs for online rows; nan / stored values for offline rows
+    if blp is None: return trainer_logp.new_zeros(0)
+    on = mb.mask.bool() & torch.isfinite(blp)  # (b, T)
+    if mb.is_offline is not None: on &= ~mb.is_offline[:, None]
+    return (trainer_logp.detach() - blp)[on]
+
 def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
-                temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, **step_kw) -> dict:
+                temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, count_mean=None,
+                agg: str = "token_mean", **step_kw) -> dict:
     "Phase 7: old / reference log-probs when needed, then `updates` optimizer steps of `grpo_step` over micro-batches."
-    padded = [pad_trajectories(g, pad_id) for g in groups]  # per group: ids, mask (G, T), is_offline (G,), behaviour_logp
+    dev = prompts[0].input_ids.device  # the model's device (`load_prompts` put the prompts there)
+    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id).items()} for g in groups]  # ids, mask (G, T), is_offline (G,), behaviour_logp
     sizes = [len(g) for g in groups]
-    advs = list(torch.as_tensor(adv, dtype=torch.float32).split(sizes))  # per group (G,)
+    advs = list(torch.as_tensor(adv, dtype=torch.float32, device=dev).split(sizes))  # per group (G,)
     mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], advs, micro_batch_size,
                               is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
-    logp_fn = PrefixLogp(model, shared_prefix, temperature)  # entropy is logged from the rollout instead (no vocab-wide pass)
+    policy_fn, gaps = PrefixLogp(model, shared_prefix, temperature), []  # entropy is logged from the rollout instead
+    def logp_fn(mb):  # the first pass over the micro-batches is at the rollout's weights: record the engine gap there
+        lp = policy_fn(mb)  # (b, T)
+        if len(gaps) < len(mbs): gaps.append(rollout_gap(lp, mb))
+        return lp
     if updates > 1:
         with torch.no_grad():
             for mb in mbs: mb.old_logp = logp_fn(mb)  # (b, T) the policy before this batch's updates
@@ -292,19 +314,42 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
         ref_fn = PrefixLogp(ref_model, shared_prefix, temperature)
         with torch.no_grad():
             for mb in mbs: mb.ref_logp = ref_fn(mb)  # (b, T)
-    stats = {}
-    for _ in range(updates): stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), **step_kw)
+    stats, n_total = {}, global_n_total(mbs, agg, count_mean)
+    for _ in range(updates):
+        stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg, n_total=n_total, **step_kw)
+    d = torch.cat(gaps) if gaps else torch.zeros(0)
+    if d.numel(): stats.update(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()))
     return stats
 
 # %% ../nbs/10_train.ipynb #d50aad89
-def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int) -> list[MicroBatch]:
-    "Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1."
+def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
+    "1 on the trajectory's tokens that overlap the content of its last `<answer>...</answer>` (what the reward reads)."
+    text = traj.text
+    end = text.rfind("</answer>"); start = text.rfind("<answer>", 0, end) if end >= 0 else -1
+    if start < 0: raise ValueError(f"answer-only warm start: the offline trajectory has no <answer>...</answer>: {text[-200:]!r}")
+    content = text[start + len("<answer>"):end]
+    a = start + len("<answer>") + len(content) - len(content.lstrip()); b = end - (len(content) - len(content.rstrip()))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    n = len(enc["input_ids"])
+    if list(traj.ids[:n]) != list(enc["input_ids"]):
+        raise ValueError(f"answer-only warm start: the trajectory's ids do not encode its text {text[:200]!r}")
+    return [int(s < b and e > a) for s, e in enc["offset_mapping"]] + [0] * (len(traj.ids) - n)
+
+def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False) -> list[MicroBatch]:
+    "Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1 (loss on the answer only if asked)."
     out = []
     for s in range(0, len(prompts), micro_batch_size):
-        seqs = [with_completion(p, t.ids, processor) for p, t in zip(prompts[s:s + micro_batch_size], trajs[s:s + micro_batch_size])]
-        b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left")
+        ts = trajs[s:s + micro_batch_size]
+        seqs = [with_completion(p, t.ids, processor) for p, t in zip(prompts[s:s + micro_batch_size], ts)]
+        b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left").to(seqs[0].input_ids.device)
         T = int(b.completion_mask.sum(1).max())
-        out.append(MicroBatch(b, b.completion_mask[:, -T:].float(), torch.ones(len(seqs))))  # mask (B, T)
+        mask = b.completion_mask[:, -T:].float()  # (B, T): left padding puts every completion at the right end
+        if answer_only:
+            span = torch.zeros_like(mask)
+            for i, t in enumerate(ts):
+                span[i, T - len(t.ids):] = torch.tensor(answer_span_mask(t, processor.tokenizer), dtype=mask.dtype)
+            mask = mask * span
+        out.append(MicroBatch(b, mask, torch.ones(len(seqs), device=b.input_ids.device)))
     return out
 
 def batch_logp_fn(model, temperature: float = 1.0):
@@ -315,14 +360,16 @@ def batch_logp_fn(model, temperature: float = 1.0):
         return token_logprobs(logits, mb.inputs.input_ids[:, -T:], temperature)  # (B, T)
     return logp_fn
 
-def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, **step_kw) -> dict:
+def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None, agg: str = "token_mean",
+               answer_only: bool = False, **step_kw) -> dict:
     "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
     def recording(mb):
         lp = logp_fn(mb)  # (B, T)
         nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())
         return lp
-    stats = grpo_step(recording, sft_micro_batches(prompts, trajs, processor, micro_batch_size), optimizer, **step_kw)
+    mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
+    stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=global_n_total(mbs, agg, count_mean), **step_kw)
     return dict(stats, nll=float(np.mean(nll)))
 
 # %% ../nbs/10_train.ipynb #84c24f72
@@ -331,7 +378,7 @@ def greedy_texts(model, processor, prompts, max_new_tokens: int, batch_size: int
     "Greedy completions of many prompts, batched (left padded); with one completion per prompt there is no prefix to share."
     tok, out = processor.tokenizer, []
     for s in range(0, len(prompts), batch_size):
-        b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left")
+        b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left").to(model.device)
         ids = model.generate(**b.model_kwargs(), max_new_tokens=max_new_tokens, do_sample=False)[:, b.input_ids.shape[1]:]
         out += tok.batch_decode(ids, skip_special_tokens=True)
     return out
@@ -383,13 +430,16 @@ def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None 
     if sft:
         ax[0].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
         nll = ax[0].twinx()
-        nll.plot([m["step"] for m in sft], [m["nll"] for m in sft], color="0.4", ls="--", label="warm-start NLL (right)")
+        for only, ls, label in ((True, ":", "answer-token NLL (right)"), (False, "--", "trajectory NLL (right)")):
+            part = [m for m in sft if bool(m.get("answer_only")) == only]
+            if part: nll.plot([m["step"] for m in part], [m["nll"] for m in part], color="0.4", ls=ls, label=label)
         nll.set(yscale="log", ylabel="NLL per token"); nll.legend(fontsize=8, loc="upper center")
     ax[0].set(xlabel="step (grey: warm start on offline trajectories)", ylim=(-0.05, 1.05), title="training")
     ax[0].legend(fontsize=8, loc="center right")
     types = sorted({t for e in evals for t in e["per_type"]})
     for t in types:
         ax[1].plot([e["step"] for e in evals], [e["per_type"][t]["accuracy"] for e in evals], marker="o", label=t)
+    if sft: ax[1].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
     ax[1].set(xlabel="step", ylim=(-0.05, 1.05), title="held-out greedy accuracy"); ax[1].legend(fontsize=8)
     fig.tight_layout()
     if path is not None: fig.savefig(path, dpi=100)
@@ -456,7 +506,7 @@ def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path]:
         return Path(cfg.data), Path(cfg.eval_data) if cfg.eval_data else None
     suite = Path(cfg.output_dir) / "suite"
     if is_main and not (suite / "test.jsonl").exists():
-        make_suite(suite, n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, seed=cfg.seed,
+        make_suite(suite, n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, seed=cfg.seed, think=cfg.synthetic_think,
                    tasks=[t.strip() for t in cfg.synthetic_tasks.split(",") if t.strip()], offline_fraction=cfg.offline_fraction)
     wait()
     return suite / "train.jsonl", Path(cfg.eval_data) if cfg.eval_data else suite / "test.jsonl"
@@ -489,11 +539,11 @@ def train(cfg: TrainConfig) -> dict:
     samples, eval_samples = read_samples(train_file, cfg.media_root or None), read_samples(eval_file, cfg.media_root or None)
     if cfg.eval_n: eval_samples = eval_samples[:cfg.eval_n]
     fam, size = _family_size(cfg.model)
-    model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype))
+    model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
     family = model_family(model)
     processor = qwen_processor(family if size else fam)
     vc, ic = contracts(cfg, family)
-    cache = FrameCache(cfg.cache_dir or out / "cache")
+    cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
     if cfg.gradient_checkpointing: model.gradient_checkpointing_enable()
     model.train()
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.beta > 0 else None
@@ -506,10 +556,11 @@ def train(cfg: TrainConfig) -> dict:
     optimizer, scheduler = acc.prepare(optimizer, scheduler)
     policy = acc.unwrap_model(model)
     reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 and acc.distributed_type != DistributedType.FSDP else None
+    count_mean = (lambda n: float(acc.reduce(torch.tensor([n], dtype=torch.float64, device=acc.device), "mean")[0])) if world > 1 else None  # global denominators
     engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
     tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    eval_prompts = load_prompts(eval_samples, processor, vc, ic, cache)[0]
+    eval_prompts = load_prompts(eval_samples, processor, vc, ic, cache, acc.device)[0]
     # --- resume
     state = load_checkpoint(acc, out, vc.hash) if cfg.resume else None
     start = state["step"] if state else 0
@@ -536,14 +587,15 @@ def train(cfg: TrainConfig) -> dict:
         if sft and not pool: raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
         n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
         batch = [pool[i] for i in shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)]  # phase 1
-        prompts, rprompts = load_prompts(batch, processor, vc, ic, cache); t["load"] = time.time() - t0     # phase 2
+        prompts, rprompts = load_prompts(batch, processor, vc, ic, cache, acc.device); t["load"] = time.time() - t0     # phase 2
         offline = offline_groups(batch, tok, cfg.max_new_tokens)
-        if sft: groups, adv, row = None, None, dict(phase="sft")
+        if sft: groups, adv, row = None, None, dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
         else: groups, adv, row = collect_groups(engine, batch, rprompts, offline, sampling, cfg, step, rank, t)  # phases 3-6
         t0 = time.time()
         step_kw = dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
-                       agg=cfg.loss_agg, reduce_grads=reduce)
-        if sft: st = sft_update(model, prompts, [g[0] for g in offline], processor, optimizer, cfg.micro_batch_size, **step_kw)
+                       agg=cfg.loss_agg, reduce_grads=reduce, count_mean=count_mean)
+        if sft: st = sft_update(model, prompts, [g[0] for g in offline], processor, optimizer, cfg.micro_batch_size,
+                                answer_only=step < cfg.sft_answer_steps, **step_kw)
         else: st = grpo_update(model, prompts, groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size, pad_id=pad_id,
                                shared_prefix=cfg.shared_prefix, temperature=cfg.temperature, updates=cfg.updates_per_batch,
                                offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind, **step_kw)  # phase 7
@@ -554,7 +606,7 @@ def train(cfg: TrainConfig) -> dict:
         rows = gather_object([row])
         if main:
             merged = {k: (float(np.mean([r[k] for r in rows if k in r])) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
-                      for k, v in rows[0].items()}
+                      for k, v in rows[0].items()} | dict(step=step)  # means over ranks; the step stays an int
             append_jsonl(mpath, merged); acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
             bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
         done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_grpo > 60 * cfg.max_minutes)

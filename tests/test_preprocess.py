@@ -114,7 +114,10 @@ def test_sigkill_midrun_then_rerun(tmp_path, many_clips):
 
 def test_ctrl_c_keeps_finished_entries(tmp_path, many_clips):
     cache = tmp_path / "cache"
-    p = cli(many_clips, "--cache-dir", cache, "--workers", 1, "--no-progress", start_new_session=True)
+    # a shell started in the background (`cmd &`, nohup) ignores SIGINT and its children inherit that; a terminal's
+    # foreground job, which this test plays, does not: restore the default so Python raises KeyboardInterrupt
+    p = cli(many_clips, "--cache-dir", cache, "--workers", 1, "--no-progress", start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert wait_for_entries(cache, 2, p), p.communicate()
     os.killpg(p.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
     out, err = p.communicate(timeout=120)

@@ -556,8 +556,10 @@ def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media
         if hasattr(engine, "agenerate"): _run_async(engine, in_q, results, bar, max_inflight)
         else:
             out_q = queue.Queue()
-            threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size), daemon=True, name="eval-engine").start()
+            worker = threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size), daemon=True, name="eval-engine")
+            worker.start()
             while (x := out_q.get()) is not _DONE: _record(results, *x, bar)
+            worker.join()  # it ends right after _DONE; an engine thread still alive at interpreter exit can abort the process
     finally:
         if bar is not None: bar.close()
     return results.rows

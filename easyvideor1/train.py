@@ -22,7 +22,7 @@ from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
 from .prefix import PrefixLogp, group_micro_batches
 from .replay import (Trajectory, mix_group, offline_texts, offline_trajectory, offpolicy_loss_fn, pad_trajectories,
                                 plan_groups, replay_metrics)
-from .rewards import compute_scores
+from .rewards import answer_span, compute_scores
 from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt
 from .synthetic import make_suite
 from .video import ImageContract, VideoContract
@@ -324,11 +324,9 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
 # %% ../nbs/10_train.ipynb #d50aad89
 def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
     "1 on the trajectory's tokens that overlap the content of its last `<answer>...</answer>` (what the reward reads)."
-    text = traj.text
-    end = text.rfind("</answer>"); start = text.rfind("<answer>", 0, end) if end >= 0 else -1
-    if start < 0: raise ValueError(f"answer-only warm start: the offline trajectory has no <answer>...</answer>: {text[-200:]!r}")
-    content = text[start + len("<answer>"):end]
-    a = start + len("<answer>") + len(content) - len(content.lstrip()); b = end - (len(content) - len(content.rstrip()))
+    text, span = traj.text, answer_span(traj.text)  # the span the reward router reads (`04_rewards`)
+    if span is None: raise ValueError(f"answer-only warm start: the offline trajectory has no <answer>...</answer>: {text[-200:]!r}")
+    a, b = span
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     n = len(enc["input_ids"])
     if list(traj.ids[:n]) != list(enc["input_ids"]):

@@ -10,12 +10,7 @@
 #   pip download --no-deps --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12 -d .whl \
 #       transformers==5.24.0 tokenizers==0.23.3 huggingface_hub==1.33.0 safetensors==0.8.0 regex==2025.11.3
 # Then one `run` call: command `bash bench/step_gpu.sh`, carry [".whl"], timeout_s 600.
-set -euo pipefail
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/step_gpu}; mkdir -p "$OUT"
-pip install -q --no-deps --target /tmp/tf5 .whl/*.whl
-export PYTHONPATH=/tmp/tf5:$PWD
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 python bench/step.py --family qwen3_vl --size 8b --dtype bfloat16 --device cuda --frames 128 --res 512 \
     --G 8 --new-tokens 128 --completion-len 512 --chunk 4 --checkpoint --engine loop "$@" 2>&1 | tee "$OUT/step_gpu.txt"

@@ -11,12 +11,7 @@
 # Then one `run` call: command `bash bench/train_phases_gpu.sh`, carry [".whl"], timeout_s 600.
 # Not yet run on a GPU (no device was lent to the session that wrote it); the same script runs on CPU with
 # `python bench/train_phases.py` defaults.
-set -euo pipefail
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "$0")/gpu_env.sh"
 OUT=${OUT:-/tmp/train_phases_gpu}; mkdir -p "$OUT"
-pip install -q --no-deps --target /tmp/tf5 .whl/*.whl
-export PYTHONPATH=/tmp/tf5:$PWD
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 python bench/train_phases.py --model qwen2_5_vl:3b --dtype bfloat16 --frames 64 --size 448 --steps 4 --prompts 2 --G 4 \
     --new-tokens 64 --checkpointing --workdir "$OUT/work" "$@" 2>&1 | tee "$OUT/train_phases_gpu.txt"

@@ -5,15 +5,16 @@
 # %% auto #0
 __all__ = ['SCORERS', 'ACCURACY_WEIGHT', 'FORMAT_WEIGHT', 'NUM_REL_TOL', 'answer_span', 'extract_answer', 'extract_ground_truth',
            'last_boxed', 'extract_fallback', 'normalize_problem_type', 'UnknownProblemType', 'ScorerError', 'Scorer',
-           'scorer', 'get_scorer', 'compute_score', 'mc_letter', 'option_letter', 'multiple_choice_accuracy',
-           'words_to_number', 'extract_numbers', 'extract_number', 'numbers_match', 'numerical_accuracy',
-           'mean_relative_accuracy', 'regression_accuracy', 'extract_boolean', 'boolean_accuracy', 'iou_1d', 'iou_2d',
-           'mean_frame_iou', 'as_interval', 'as_box', 'as_frame_boxes', 'load_json', 'temporal_grounding_accuracy',
-           'spatial_grounding_accuracy', 'spatial_temporal_grounding_accuracy', 'tracking_accuracy', 'tokenize',
-           'lcs_length', 'rouge_scores', 'open_ended_accuracy', 'edit_distance', 'ocr_accuracy', 'MathTimeout',
-           'MathVerifier', 'math_verifier', 'math_accuracy', 'extract_code', 'python_compiles', 'python_structure',
-           'run_python_tests', 'python_code_accuracy', 'tag_overlap', 'svg_code_accuracy', 'html_code_accuracy',
-           'preference_label', 'preference_accuracy', 'RewardWarning', 'ScoreStats', 'compute_scores']
+           'scorer', 'get_scorer', 'well_shaped', 'compute_score', 'mc_letter', 'option_letter',
+           'multiple_choice_accuracy', 'words_to_number', 'extract_numbers', 'extract_number', 'numbers_match',
+           'numerical_accuracy', 'mean_relative_accuracy', 'regression_accuracy', 'extract_boolean', 'boolean_accuracy',
+           'iou_1d', 'iou_2d', 'mean_frame_iou', 'as_interval', 'as_box', 'as_frame_boxes', 'load_json',
+           'temporal_grounding_accuracy', 'spatial_grounding_accuracy', 'spatial_temporal_grounding_accuracy',
+           'tracking_accuracy', 'tokenize', 'lcs_length', 'rouge_scores', 'open_ended_accuracy', 'edit_distance',
+           'ocr_accuracy', 'MathTimeout', 'MathVerifier', 'math_verifier', 'math_accuracy', 'extract_code',
+           'python_compiles', 'python_structure', 'run_python_tests', 'python_code_accuracy', 'tag_overlap',
+           'svg_code_accuracy', 'html_code_accuracy', 'preference_label', 'preference_accuracy', 'RewardWarning',
+           'ScoreStats', 'compute_scores']
 
 # %% ../nbs/04_rewards.ipynb #0f36705b
 import ast
@@ -178,12 +179,22 @@ def _gt_text(ground_truth) -> str:
                     f"{ground_truth!r}")
 
 
-def _score(s: Scorer, response: str, ground_truth, aw: float, fw: float, extra: dict) -> dict:
+_SHAPE_RE = re.compile(r"\s*(?:<think>(?:(?!</?think>|</?answer>).)*</think>\s*)?<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
+                       re.S | re.I)
+
+
+def well_shaped(text: str) -> bool:
+    "True when `text` is an optional `<think>...</think>` then one `<answer>...</answer>`, with nothing else around them."
+    return _SHAPE_RE.fullmatch(text) is not None
+
+
+def _score(s: Scorer, response: str, ground_truth, aw: float, fw: float, extra: dict, strict: bool = False) -> dict:
     content = extract_answer(response)
     if content is None:
         fmt, pred = 0.0, (extract_fallback(response) if s.fallback else None)
     else:
         fmt, pred = (1.0 if s.format_check(content) else 0.5), content
+        if strict and fmt == 1.0 and not well_shaped(response): fmt = 0.5
     acc = 0.0 if pred is None else s.fn(pred, s.parse_gt(extract_ground_truth(_gt_text(ground_truth))), **extra)
     if not 0.0 <= acc <= 1.0: raise ValueError(f"{s.name} scorer returned accuracy {acc!r}, outside [0, 1]")
     return {"overall": aw * acc + fw * fmt, "accuracy": float(acc), "format": fmt}
@@ -202,12 +213,13 @@ def compute_score(response: str,  # the model's full completion text
                   accuracy_weight: float = ACCURACY_WEIGHT,  # weight of accuracy in overall
                   format_weight: float = FORMAT_WEIGHT,  # weight of format in overall
                   fallback_type: str | None = None,  # scorer for unknown types (default: raise)
+                  strict_format: bool = False,  # full format only for `(<think>..</think>) <answer>..</answer>` and nothing else
                   **extra,  # per-sample extras the scorer may use: options, tests, problem_id, data_type
                   ) -> dict:
     "Score one response: `{'overall', 'accuracy', 'format'}`."
     s = get_scorer(problem_type, fallback_type)
     try:
-        return _score(s, response, ground_truth, accuracy_weight, format_weight, extra)
+        return _score(s, response, ground_truth, accuracy_weight, format_weight, extra, strict_format)
     except Exception as e:
         raise ScorerError(f"{s.name} scorer raised {type(e).__name__}: {e} on "
                           f"{_describe(response, ground_truth, extra)}") from e
@@ -956,6 +968,7 @@ def compute_scores(responses: list[str],  # completions
                    fallback_type: str | None = None,  # scorer for unknown types (default: raise)
                    errors: str = "warn",  # 'warn': score 0, count and warn; 'raise': raise ScorerError
                    max_warnings: int = 5,  # warnings per call; the rest are counted only
+                   strict_format: bool = False,  # see `compute_score`
                    ) -> tuple[list[dict], ScoreStats]:
     "Score a batch: the list of `{'overall', 'accuracy', 'format'}` and a `ScoreStats`."
     n = len(responses)
@@ -968,7 +981,7 @@ def compute_scores(responses: list[str],  # completions
     out, empty = [], {}
     for i, (s, r, g) in enumerate(zip(scorers, responses, ground_truths)):
         extra = empty if extras is None else extras[i]
-        try: sc = _score(s, r, g, accuracy_weight, format_weight, extra)
+        try: sc = _score(s, r, g, accuracy_weight, format_weight, extra, strict_format)
         except Exception as e:
             msg = f"sample {i}: {s.name} scorer raised {type(e).__name__}: {e} on {_describe(r, g, extra)}"
             if errors == "raise": raise ScorerError(msg) from e

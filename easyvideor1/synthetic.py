@@ -373,6 +373,7 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, test.jsonl, video
                tasks: list[str] | None = None,  # names from TASKS; default all
                n_test: int = 4,  # test examples per task
                offline_fraction: float = 0.5,  # share of training examples with an offline trajectory
+               offline_tasks: list[str] | None = None,  # tasks whose examples may carry one (None: all); the rest have only answers
                crf: int = 23,  # x264 quality of the written videos
                think: bool = True,  # offline trajectories reason in <think> before <answer> (False: answer only)
                task_options: dict[str, dict] | None = None,  # per-task generator keywords, e.g. {"direction": {"n_options": 4}}
@@ -382,13 +383,15 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, test.jsonl, video
     out, names, task_options = Path(out_dir), list(TASKS) if tasks is None else list(tasks), task_options or {}
     if bad := [t for t in names + list(task_options) if t not in TASKS]: raise ValueError(f"unknown task(s) {bad}; known: {list(TASKS)}")
     if not 0 <= offline_fraction <= 1: raise ValueError(f"offline_fraction must be in [0, 1], got {offline_fraction}")
+    if bad := [t for t in offline_tasks or [] if t not in names]: raise ValueError(f"offline_tasks {bad} are not among the tasks {names}")
     params = {t: set(inspect.signature(TASKS[t]).parameters) for t in names}
     if bad := [k for k in options if not any(k in p for p in params.values())]: raise TypeError(f"no selected task takes option(s) {bad}")
     for split, n in (("train", n_per_task), ("test", n_test)):
         rows = []
         for t in names:
             kw = {k: v for k, v in options.items() if k in params[t]} | task_options.get(t, {})
-            offline = set(_rng(seed, t, "offline").permutation(n)[:round(offline_fraction * n)].tolist()) if split == "train" else set()
+            share = offline_fraction if split == "train" and (offline_tasks is None or t in offline_tasks) else 0
+            offline = set(_rng(seed, t, "offline").permutation(n)[:round(share * n)].tolist())
             for i in range(n):
                 ex, pid = TASKS[t](_rng(seed, t, split, i), **kw), f"{t}-{split}-{i:04d}"
                 media = f"videos/{pid}.mp4" if ex.data_type == "video" else f"images/{pid}.png"

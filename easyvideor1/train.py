@@ -5,7 +5,7 @@
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
 import dataclasses, inspect, json, math, os, random, re, shutil, time
-from dataclasses import dataclass, fields, asdict
+from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,9 @@ class TrainConfig:
     data: str = ""  # training JSON/JSONL in the original sample format; "" generates the synthetic suite
     eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
-    synthetic_tasks: str = "direction"  # synthetic tasks to generate when data is "" (comma-separated)
+    synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
+    synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
+    synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}})  # generator keywords per task
     synthetic_n: int = 2000  # synthetic training samples per task
     synthetic_test_n: int = 64  # synthetic held-out samples per task
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
@@ -66,7 +68,7 @@ class TrainConfig:
     # --- rollout
     engine: str = "hf"  # "hf" (transformers generate) or "vllm"
     prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
-    group_size: int = 4  # G: completions per prompt
+    group_size: int = 8  # G: completions per prompt
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
     max_new_tokens: int = 48  # response budget in tokens
@@ -81,13 +83,14 @@ class TrainConfig:
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
+    strict_format: bool = True  # full format reward only for "(<think>..</think>) <answer>..</answer>" and nothing else
     # --- replay (offline trajectories)
     offline_mode: str = "replace"  # replace, add, or none
     offline_per_group: int = 1  # offline trajectories per eligible group
     offline_threshold: float = -1.0  # mix only when online accuracy is below this (<0: always)
     offpolicy: str = "none"  # none, is_clip, luffy
     # --- optimisation
-    lr: float = 2e-4  # AdamW learning rate (GRPO phase)
+    lr: float = 5e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
     sft_steps: int = 320  # supervised warm-start steps on offline trajectories before GRPO
     sft_answer_steps: int = 220  # the first warm-start steps train only the tokens of the <answer> content
@@ -95,15 +98,16 @@ class TrainConfig:
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
+    lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 30  # GRPO steps
+    max_steps: int = 60  # GRPO steps
     max_minutes: float = 5.0  # stop GRPO after this many minutes (0: no limit)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between log lines
     eval_every: int = 40  # steps between held-out evaluations (0: only at the end)
-    eval_n: int = 64  # held-out samples per evaluation (0: all)
+    eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
     resume: bool = False  # continue from the newest checkpoint in output_dir
@@ -121,6 +125,10 @@ def config_help() -> dict[str, str]:
 # %% ../nbs/10_train.ipynb #688c5bc0
 def _convert(name: str, value: Any, default: Any) -> Any:
     "Convert a YAML / command-line value to the type of the field's default."
+    if isinstance(default, dict):  # a YAML mapping, or its flow form on the command line: {color: {square: 40}}
+        v = yaml.safe_load(value) if isinstance(value, str) else value
+        if not isinstance(v, dict): raise ValueError(f"config: {name}={value!r} is not a mapping")
+        return v
     if isinstance(default, bool):
         if isinstance(value, bool): return value
         if str(value).lower() in ("1", "true", "yes", "on"): return True
@@ -243,11 +251,12 @@ def offline_groups(samples, tokenizer, max_new_tokens: int) -> list[list[Traject
     return [[offline_trajectory(t, tokenizer, max_new_tokens, sample_id=r["problem_id"]) for t in offline_texts(r)]
             for r in replay_rows(samples)]
 
-def score_groups(samples, groups) -> tuple[list[list[dict]], Any]:
+def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[list[dict]], Any]:
     "Phase 5: route every completion of every group to its problem type's scorer (`04_rewards`); rewards set in place."
     flat = [(s, t) for s, g in zip(samples, groups) for t in g]
     scores, stats = compute_scores([t.text for _, t in flat], [s.answer for s, _ in flat], [s.problem_type for s, _ in flat],
-                                   [dict(options=s.options, problem_id=s.id, data_type=s.data_type) for s, _ in flat])
+                                   [dict(options=s.options, problem_id=s.id, data_type=s.data_type) for s, _ in flat],
+                                   strict_format=strict_format)
     for (_, t), sc in zip(flat, scores): t.reward = sc["overall"]
     out, k = [], 0
     for g in groups: out.append(scores[k:k + len(g)]); k += len(g)
@@ -381,26 +390,30 @@ def greedy_texts(model, processor, prompts, max_new_tokens: int, batch_size: int
         out += tok.batch_decode(ids, skip_special_tokens=True)
     return out
 
-def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48) -> list[dict]:
-    "Greedy accuracy and format per problem type on held-out samples (this rank's share; gather outside)."
+def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48,
+                   strict_format: bool = False) -> list[dict]:
+    "Greedy accuracy and format per problem type and source on held-out samples (this rank's share; gather outside)."
     n = len(samples) - len(samples) % world_size
     mine = list(range(n))[rank::world_size]
     was_training = model.training; model.eval()
     texts = greedy_texts(model, processor, [prompts[i] for i in mine], max_new_tokens)
     model.train(was_training)
     groups = [[Trajectory([], t)] for t in texts]
-    scores, _ = score_groups([samples[i] for i in mine], groups)
-    return [dict(problem_type=samples[i].problem_type, accuracy=s[0]["accuracy"], format=s[0]["format"], text=g[0].text)
-            for i, s, g in zip(mine, scores, groups)]
+    scores, _ = score_groups([samples[i] for i in mine], groups, strict_format)
+    return [dict(problem_type=samples[i].problem_type, source=samples[i].data_source, accuracy=s[0]["accuracy"],
+                 format=s[0]["format"], text=g[0].text) for i, s, g in zip(mine, scores, groups)]
 
 def per_type(rows: list[dict]) -> dict[str, dict]:
-    "Mean accuracy and format per problem type (and 'all') of evaluation rows."
-    out = {}
-    for t in sorted({r["problem_type"] for r in rows}) + ["all"]:
-        rs = [r for r in rows if t == "all" or r["problem_type"] == t]
-        out[t] = dict(n=len(rs), accuracy=sum(r["accuracy"] for r in rs) / max(len(rs), 1),
-                      format=sum(r["format"] for r in rs) / max(len(rs), 1))
-    return out
+    "Mean accuracy and format per problem type, per source within a type that has several (`'type · source'`), and 'all'."
+    groups = {}
+    for t in sorted({r["problem_type"] for r in rows}):
+        rs = [r for r in rows if r["problem_type"] == t]
+        groups[t] = rs
+        if len(srcs := sorted({r.get("source", "") for r in rs})) > 1:
+            groups |= {f"{t} · {src or '(no source)'}": [r for r in rs if r.get("source", "") == src] for src in srcs}
+    groups["all"] = rows
+    return {k: dict(n=len(rs), accuracy=sum(r["accuracy"] for r in rs) / max(len(rs), 1),
+                    format=sum(r["format"] for r in rs) / max(len(rs), 1)) for k, rs in groups.items()}
 
 # %% ../nbs/10_train.ipynb #6ddb9d92
 def append_jsonl(path: Path, row: dict):
@@ -443,13 +456,14 @@ def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None 
     if path is not None: fig.savefig(path, dpi=100)
     return fig
 
-def table_md(per: dict[str, dict], before: dict[str, dict] | None = None) -> str:
-    "Markdown table of held-out accuracy per problem type (with the untrained model's beside it)."
-    head = "| problem type | n | accuracy | format |" + (" untrained accuracy |" if before else "")
-    rows = [head, "|---|---|---|---|" + ("---|" if before else "")]
+def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: dict[str, dict] | None = None) -> str:
+    "Markdown table of held-out accuracy per problem type: untrained, after the warm start (when given) and final."
+    cols = [(name, d) for name, d in (("untrained accuracy", before), ("after warm start", warm)) if d]
+    rows = ["| problem type | n |" + "".join(f" {name} |" for name, _ in cols) + " accuracy | format |",
+            "|---|---|" + "---|" * len(cols) + "---|---|"]
     for t, v in per.items():
-        b = f" {before[t]['accuracy']:.3f} |" if before and t in before else (" |" if before else "")
-        rows.append(f"| {t} | {v['n']} | {v['accuracy']:.3f} | {v['format']:.3f} |" + b)
+        rows.append(f"| {t} | {v['n']} |" + "".join(f" {d[t]['accuracy']:.3f} |" if t in d else " |" for _, d in cols)
+                    + f" {v['accuracy']:.3f} | {v['format']:.3f} |")
     return "\n".join(rows)
 
 # %% ../nbs/10_train.ipynb #cb6c1002
@@ -462,9 +476,9 @@ def collect_groups(engine, batch, rprompts, offline, sampling, cfg: TrainConfig,
                            dataclasses.replace(sampling, seed=step_seed(cfg.seed, step, rank, 2) % 2**31))  # phase 3
     online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g] for g in comps]
     timings["rollout"] = time.time() - t0; t0 = time.time()
-    online_scores, _ = score_groups(batch, online)                                      # phase 5, online members
+    online_scores, _ = score_groups(batch, online, cfg.strict_format)                   # phase 5, online members
     groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
-    scores, stats = score_groups(batch, groups)                                         # phase 5
+    scores, stats = score_groups(batch, groups, cfg.strict_format)                      # phase 5
     rewards = [t.reward for g in groups for t in g]
     adv, n_zero = group_advantages(rewards, group_ids=[i for i, g in enumerate(groups) for _ in g], method=cfg.adv_method)  # phase 6
     timings["reward"] = time.time() - t0
@@ -502,10 +516,14 @@ def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path]:
     "The training and held-out files: the given ones, or the synthetic suite generated once in output_dir/suite."
     if cfg.data:
         return Path(cfg.data), Path(cfg.eval_data) if cfg.eval_data else None
-    suite = Path(cfg.output_dir) / "suite"
-    if is_main and not (suite / "test.jsonl").exists():
-        make_suite(suite, n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, seed=cfg.seed, think=cfg.synthetic_think,
-                   tasks=[t.strip() for t in cfg.synthetic_tasks.split(",") if t.strip()], offline_fraction=cfg.offline_fraction)
+    suite, names = Path(cfg.output_dir) / "suite", lambda v: [t.strip() for t in v.split(",") if t.strip()]
+    args = dict(n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, seed=cfg.seed, think=cfg.synthetic_think,
+                tasks=names(cfg.synthetic_tasks), offline_fraction=cfg.offline_fraction,
+                offline_tasks=names(cfg.synthetic_offline_tasks) or None, task_options=cfg.synthetic_task_options)
+    made = suite / "suite.json"  # the arguments the suite was made with: a changed config makes a new one
+    if is_main and not ((suite / "test.jsonl").exists() and made.exists() and json.loads(made.read_text()) == args):
+        make_suite(suite, **args)
+        made.write_text(json.dumps(args))
     wait()
     return suite / "train.jsonl", Path(cfg.eval_data) if cfg.eval_data else suite / "test.jsonl"
 
@@ -517,10 +535,14 @@ def contracts(cfg: TrainConfig, family: str):
     return vc, ic
 
 def lr_lambda(cfg: TrainConfig):
-    "Learning-rate factor per step: warm-up then constant, for the warm start (sft_lr) and then GRPO (lr)."
+    "Learning-rate factor per step: the warm start (sft_lr) warms up then stays; GRPO (lr) warms up, stays, and decays over its last `lr_decay_steps`."
+    if cfg.lr_decay_steps < 0: raise ValueError(f"config: lr_decay_steps={cfg.lr_decay_steps} must be >= 0")
     def f(step: int) -> float:
         if step < cfg.sft_steps: return cfg.sft_lr / cfg.lr * min(1.0, (step + 1) / max(cfg.warmup_steps, 1))
-        return min(1.0, (step - cfg.sft_steps + 1) / max(cfg.warmup_steps, 1))
+        g = step - cfg.sft_steps  # GRPO step, 0-based
+        left = cfg.max_steps - g  # steps left, this one included
+        decay = min(1.0, left / (cfg.lr_decay_steps + 1)) if cfg.lr_decay_steps else 1.0
+        return min(1.0, (g + 1) / max(cfg.warmup_steps, 1)) * max(decay, 0.0)
     return f
 
 # %% ../nbs/10_train.ipynb #4fe960f1
@@ -567,9 +589,10 @@ def train(cfg: TrainConfig) -> dict:
         for p in (mpath, epath):  # drop what a crashed run logged after its last checkpoint
             rows = [r for r in read_jsonl(p) if r["step"] < start]
             p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        acc.init_trackers("easyvideor1", config={k: v for k, v in asdict(cfg).items()})
+        acc.init_trackers("easyvideor1", config={k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()})
     def run_eval(step):
-        rows = gather_object(evaluate_split(policy, processor, eval_samples, eval_prompts, rank, world, cfg.max_new_tokens))
+        rows = gather_object(evaluate_split(policy, processor, eval_samples, eval_prompts, rank, world, cfg.max_new_tokens,
+                                            cfg.strict_format))
         table = per_type(rows)
         if main: append_jsonl(epath, dict(step=step, per_type=table))
         return table
@@ -608,7 +631,8 @@ def train(cfg: TrainConfig) -> dict:
             append_jsonl(mpath, merged); acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
             bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
         done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_grpo > 60 * cfg.max_minutes)
-        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not done: run_eval(step + 1)
+        if not done and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.sft_steps < total):
+            run_eval(step + 1)  # periodically, and where the warm start hands over to GRPO
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             save_checkpoint(acc, model, processor, dict(step=step + 1, config=asdict(cfg), contract_hash=vc.hash,
                                                         video_contract=vc.to_dict(), image_contract=ic.to_dict()),
@@ -619,9 +643,11 @@ def train(cfg: TrainConfig) -> dict:
     if main:
         import matplotlib.pyplot as plt
         plt.close(plot_curves(read_jsonl(mpath), read_jsonl(epath), out / "curve.png"))
-        before = before or next(iter(read_jsonl(epath)), {}).get("per_type")
-        (out / "final.md").write_text(table_md(final, before) + "\n")
-        print(table_md(final, before))
+        evals = read_jsonl(epath)
+        before = before or next((e["per_type"] for e in evals if e["step"] == 0), None)  # a resumed run: its first run's
+        warm = next((e["per_type"] for e in evals if e["step"] == cfg.sft_steps), None) if cfg.max_steps and cfg.sft_steps else None
+        (out / "final.md").write_text(table_md(final, before, warm) + "\n")
+        print(table_md(final, before, warm))
     acc.end_training()
     return final
 
@@ -638,7 +664,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     "The run's config from `--config FILE`, `--resume` and `key=value` overrides."
     import argparse
     helps = config_help()
-    epilog = "config keys (key=value):\n" + "\n".join(f"  {f.name} ({f.default!r}): {helps[f.name]}" for f in fields(TrainConfig))
+    d = TrainConfig()
+    epilog = "config keys (key=value):\n" + "\n".join(f"  {f.name} ({getattr(d, f.name)!r}): {helps[f.name]}" for f in fields(TrainConfig))
     p = argparse.ArgumentParser(prog="python -m easyvideor1.train", description="GRPO training of a Qwen VLM on video tasks.",
                                 epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file of config keys (default: the embedded tiny-cpu recipe)")

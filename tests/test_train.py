@@ -9,7 +9,8 @@ from easyvideor1.train import load_config, read_jsonl, train
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model="qwen2_5_vl:tiny", synthetic_n=4, synthetic_test_n=2, prompts_per_step=2, group_size=2,
             sft_steps=1, sft_batch_size=2, max_new_tokens=8, eval_every=0, eval_n=2, tensorboard=False,
-            lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0)
+            lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0,
+            lr_decay_steps=0)  # the decay depends on max_steps, which the resume test shortens to stop a run early
 KEYS = ("loss", "reward", "grad_norm", "entropy")
 
 
@@ -57,7 +58,7 @@ def test_tiny_cpu_preset_is_the_embedded_default():
 def test_two_process_ddp_leaves_identical_parameters(tmp_path):
     "ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m easyvideor1.train ..."
     out = tmp_path / "ddp"
-    args = [f"{k}={v}" for k, v in dict(TINY, output_dir=str(out), max_steps=2, save_every=0).items()]
+    args = [f"{k}={v}" for k, v in dict(TINY, output_dir=str(out), max_steps=2, save_every=0, tensorboard=True).items()]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "easyvideor1.train", *args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(_env(), ACCELERATE_USE_CPU="true"), timeout=900)
@@ -67,9 +68,26 @@ def test_two_process_ddp_leaves_identical_parameters(tmp_path):
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert (out / "curve.png").exists() and (out / "final.md").exists()
+    assert list(out.glob("easyvideor1/events.out.tfevents.*"))  # TensorBoard, config (with its mapping field) included
 
 
 @pytest.mark.parametrize("preset", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
 def test_every_preset_loads(preset):
     "Every training preset names only known keys with values of the right type."
     load_config(ROOT / "configs" / preset)
+
+
+def test_synthetic_suite_follows_its_config(tmp_path):
+    "The default suite: trajectories for direction only; a changed suite config remakes the suite, an unchanged one is reused."
+    from dataclasses import replace
+    from easyvideor1.train import prepare_data
+    cfg = load_config(overrides=dict(output_dir=str(tmp_path), synthetic_n=2, synthetic_test_n=1))
+    train_file, test_file = prepare_data(cfg, True, lambda: None)
+    rows = read_jsonl(train_file)
+    assert [(r["data_source"], r["has_offline_trajectory"]) for r in rows] == [("synthetic/direction", True)] * 2 + [("synthetic/color", False)] * 2
+    assert all(r["options"] == ["A. red", "B. green"] for r in rows if r["data_source"] == "synthetic/color")
+    stamp = train_file.stat().st_mtime_ns
+    prepare_data(cfg, True, lambda: None)
+    assert train_file.stat().st_mtime_ns == stamp  # same config: not regenerated
+    prepare_data(replace(cfg, synthetic_offline_tasks=""), True, lambda: None)
+    assert all(r["has_offline_trajectory"] for r in read_jsonl(train_file))

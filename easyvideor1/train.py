@@ -15,7 +15,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from .cache import FrameCache
+from .cache import FrameCache, atomic_write_text
 from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, with_completion
 from .grpo import MicroBatch, group_advantages, grpo_step, loss_denominator, token_logprobs
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
@@ -523,7 +523,7 @@ def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path]:
     made = suite / "suite.json"  # the arguments the suite was made with: a changed config makes a new one
     if is_main and not ((suite / "test.jsonl").exists() and made.exists() and json.loads(made.read_text()) == args):
         make_suite(suite, **args)
-        made.write_text(json.dumps(args))
+        atomic_write_text(made, json.dumps(args))
     wait()
     return suite / "train.jsonl", Path(cfg.eval_data) if cfg.eval_data else suite / "test.jsonl"
 
@@ -588,7 +588,7 @@ def train(cfg: TrainConfig) -> dict:
     if main:
         for p in (mpath, epath):  # drop what a crashed run logged after its last checkpoint
             rows = [r for r in read_jsonl(p) if r["step"] < start]
-            p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))
         acc.init_trackers("easyvideor1", config={k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()})
     def run_eval(step):
         rows = gather_object(evaluate_split(policy, processor, eval_samples, eval_prompts, rank, world, cfg.max_new_tokens,

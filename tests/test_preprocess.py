@@ -28,10 +28,15 @@ def run(*args, timeout=300):
     return p.returncode, out, err
 
 
+def entry_jsons(cache_dir):
+    "Entry metadata files, without writers' temporaries (`.tmp.<pid>.<hex>.<key>.json`, renamed when complete)."
+    return sorted(js for js in Path(cache_dir, "entries").rglob("*.json") if not js.name.startswith(".tmp."))
+
+
 def entries(cache_dir):
     "Every complete entry (metadata JSON present), checked: its array loads with the recorded shape."
     out = []
-    for js in sorted(Path(cache_dir, "entries").rglob("*.json")):
+    for js in entry_jsons(cache_dir):
         info = json.loads(js.read_text())
         arr = np.load(js.with_suffix(".npy"), allow_pickle=False)
         assert list(arr.shape) == info["shape"] and arr.dtype == np.uint8, js
@@ -88,7 +93,7 @@ def many_clips(tmp_path):
 def wait_for_entries(cache, n, proc, limit=240):
     t0 = time.time()
     while time.time() - t0 < limit and proc.poll() is None:
-        if len(list(Path(cache, "entries").rglob("*.json"))) >= n: return True
+        if len(entry_jsons(cache)) >= n: return True
         time.sleep(0.05)
     return False
 

@@ -367,11 +367,12 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     return _atomic(path, lambda tmp: Path(tmp).write_text(text))
 
 # %% ../nbs/00_synthetic.ipynb #7410b4e0
-def make_suite(out_dir: str | Path,  # folder for train.jsonl, test.jsonl, videos/, images/
+def make_suite(out_dir: str | Path,  # folder for train.jsonl, (val.jsonl,) test.jsonl, videos/, images/
                n_per_task: int = 16,  # training examples per task
                seed: int = 0,
                tasks: list[str] | None = None,  # names from TASKS; default all
                n_test: int = 4,  # test examples per task
+               n_val: int = 0,  # validation examples per task (val.jsonl, written when > 0): choose checkpoints on it, report on test
                offline_fraction: float = 0.5,  # share of training examples with an offline trajectory
                offline_tasks: list[str] | None = None,  # tasks whose examples may carry one (None: all); the rest have only answers
                crf: int = 23,  # x264 quality of the written videos
@@ -379,14 +380,15 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, test.jsonl, video
                task_options: dict[str, dict] | None = None,  # per-task generator keywords, e.g. {"direction": {"n_options": 4}}
                **options,  # generator keywords for every task that takes them: size, n_frames, fps, noise, speed, ...
                ) -> Path:
-    "Write every task's examples as mp4 / png files plus train.jsonl and test.jsonl; returns `out_dir`."
+    "Write every task's examples as mp4 / png files plus train.jsonl, (val.jsonl) and test.jsonl; returns `out_dir`."
     out, names, task_options = Path(out_dir), list(TASKS) if tasks is None else list(tasks), task_options or {}
     if bad := [t for t in names + list(task_options) if t not in TASKS]: raise ValueError(f"unknown task(s) {bad}; known: {list(TASKS)}")
     if not 0 <= offline_fraction <= 1: raise ValueError(f"offline_fraction must be in [0, 1], got {offline_fraction}")
     if bad := [t for t in offline_tasks or [] if t not in names]: raise ValueError(f"offline_tasks {bad} are not among the tasks {names}")
     params = {t: set(inspect.signature(TASKS[t]).parameters) for t in names}
     if bad := [k for k in options if not any(k in p for p in params.values())]: raise TypeError(f"no selected task takes option(s) {bad}")
-    for split, n in (("train", n_per_task), ("test", n_test)):
+    for split, n in (("train", n_per_task), ("val", n_val), ("test", n_test)):
+        if split == "val" and not n: continue
         rows = []
         for t in names:
             kw = {k: v for k, v in options.items() if k in params[t]} | task_options.get(t, {})

@@ -29,12 +29,13 @@ from .video import ImageContract, VideoContract
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_dirs', 'step_seed', 'save_checkpoint',
-           'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
-           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total',
-           'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
-           'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md',
-           'collect_groups', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'train',
-           'write_param_digest', 'parse_args', 'main']
+           'load_weights', 'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows',
+           'offline_groups', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
+           'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn',
+           'sft_update', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves',
+           'table_md', 'collect_groups', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch',
+           'frozen_copy', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest',
+           'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -43,12 +44,14 @@ class TrainConfig:
     # --- data
     data: str = ""  # training JSON/JSONL in the original sample format; "" generates the synthetic suite
     eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
+    val_data: str = ""  # validation JSON/JSONL that picks the best checkpoint ("" = the synthetic suite's val split; none with `data`)
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
     synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
     synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
     synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}})  # generator keywords per task
     synthetic_n: int = 2000  # synthetic training samples per task
     synthetic_test_n: int = 64  # synthetic held-out samples per task
+    synthetic_val_n: int = 32  # synthetic validation samples per task (0: no validation split)
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
     synthetic_think: bool = False  # synthetic offline trajectories reason in <think> first (False: <answer> only)
     # --- model
@@ -99,14 +102,15 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
     lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
+    reset_optimizer: bool = True  # GRPO starts with fresh AdamW moments (the warm start's would move the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
     max_steps: int = 60  # GRPO steps
-    max_minutes: float = 5.0  # stop GRPO after this many minutes (0: no limit)
+    max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between log lines
-    eval_every: int = 40  # steps between held-out evaluations (0: only at the end)
+    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
     eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
@@ -176,44 +180,64 @@ def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
 
 # %% ../nbs/10_train.ipynb #ab057be5
 def save_checkpoint(
-    accelerator,  # the run's Accelerator
-    model,  # the prepared model
+    model,  # the plain model (identical on every data-parallel rank)
     processor,  # saved beside the weights so the folder loads on its own
+    optimizer,  # its state goes to optimizer.pt
+    scheduler,  # its state goes to scheduler.json
     state: dict,  # trainer state: step, config, contract hash, ...
     output_dir: str | Path,  # run folder
     keep: int = 2,  # newest checkpoints kept
+    is_main: bool = True,  # only the main process writes
+    wait=lambda: None,  # a barrier over ranks
 ) -> Path:
     "Write `checkpoints/step_NNNNNN` atomically (temporary folder + rename); return its path."
     root = Path(output_dir) / "checkpoints"
     final, tmp = root / f"step_{state['step']:06d}", root / f".tmp-step_{state['step']:06d}"
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / "accelerate"))
-    state_dict = accelerator.get_state_dict(model)
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(tmp / "model", state_dict=state_dict)
+    wait()
+    if is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp / "model")
         processor.save_pretrained(tmp / "model")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")  # tensors and numbers: loads with weights_only=True
+        (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1, default=str))
         if final.exists(): shutil.rmtree(final)
         os.replace(tmp, final)
         for old in checkpoint_dirs(output_dir)[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
+    wait()
     return final
 
+# %% ../nbs/10_train.ipynb #34b2c6ef
+def load_weights(model, folder: str | Path):
+    "Copy the weights of a saved transformers folder into `model`, exactly (transformers renames keys on save)."
+    from transformers import AutoModelForImageTextToText
+    saved = AutoModelForImageTextToText.from_pretrained(folder, dtype=next(model.parameters()).dtype)
+    model.load_state_dict(saved.state_dict())  # strict: every key must match
+    return model
+
 def load_checkpoint(
-    accelerator,  # the run's Accelerator (model, optimizer, scheduler already prepared)
+    model,  # the plain model, weights overwritten
+    optimizer,  # state overwritten
+    scheduler,  # state overwritten
     output_dir: str | Path,  # run folder
     contract_hash: str | None = None,  # the run's video contract hash: a checkpoint made under another is refused
 ) -> dict | None:
     "Restore the newest complete checkpoint; return its trainer state (None when there is none)."
     ckpts = checkpoint_dirs(output_dir)
     if not ckpts: return None
-    state = json.loads((ckpts[-1] / "trainer_state.json").read_text())
+    ck = ckpts[-1]
+    state = json.loads((ck / "trainer_state.json").read_text())
     if contract_hash is not None and state.get("contract_hash") != contract_hash:
-        raise ValueError(f"{ckpts[-1]}: made under video contract {state.get('contract_hash')}, this run uses {contract_hash}; "
+        raise ValueError(f"{ck}: made under video contract {state.get('contract_hash')}, this run uses {contract_hash}; "
                          "resume with the same media settings or start a new output_dir")
-    accelerator.load_state(str(ckpts[-1] / "accelerate"))
+    load_weights(model, ck / "model")
+    dev = next(model.parameters()).device
+    try: opt_state = torch.load(ck / "optimizer.pt", map_location=dev, weights_only=True)
+    except Exception as e:  # weights_only refuses anything but tensors and plain containers
+        raise ValueError(f"{ck / 'optimizer.pt'}: not a plain optimizer state ({type(e).__name__}: {e}); refusing to resume") from e
+    optimizer.load_state_dict(opt_state)
+    scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
     return state
 
 # %% ../nbs/10_train.ipynb #19a96d4b
@@ -456,10 +480,12 @@ def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None 
     if path is not None: fig.savefig(path, dpi=100)
     return fig
 
-def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: dict[str, dict] | None = None) -> str:
-    "Markdown table of held-out accuracy per problem type: untrained, after the warm start (when given) and final."
-    cols = [(name, d) for name, d in (("untrained accuracy", before), ("after warm start", warm)) if d]
-    rows = ["| problem type | n |" + "".join(f" {name} |" for name, _ in cols) + " accuracy | format |",
+def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: dict[str, dict] | None = None,
+             best: dict[str, dict] | None = None, best_step: int | None = None) -> str:
+    "Markdown table of held-out accuracy per problem type: untrained, after the warm start, at the best validation step (when given) and final."
+    cols = [(name, d) for name, d in (("untrained accuracy", before), ("after warm start", warm),
+                                      (f"best on val (step {best_step})", best)) if d]
+    rows = ["| problem type | n |" + "".join(f" {name} |" for name, _ in cols) + " final accuracy | final format |",
             "|---|---|" + "---|" * len(cols) + "---|---|"]
     for t, v in per.items():
         rows.append(f"| {t} | {v['n']} |" + "".join(f" {d[t]['accuracy']:.3f} |" if t in d else " |" for _, d in cols)
@@ -485,7 +511,7 @@ def collect_groups(engine, batch, rprompts, offline, sampling, cfg: TrainConfig,
     on = [s for g, sc in zip(groups, scores) for t, s in zip(g, sc) if not t.is_offline]
     sampled = [x for g in online for t in g for x in t.logp or []]
     row = dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
-               format=float(np.mean([s["format"] for s in on])), zero_var_groups=n_zero,
+               format=float(np.mean([s["format"] for s in on])), groups=len(groups), zero_var_groups=n_zero,
                response_len=float(np.mean([len(t.ids) for g in online for t in g])),
                sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # mean NLL of sampled tokens estimates entropy
                **{f"acc/{k}": v for k, v in stats.mean_accuracy.items()}, scorer_errors=sum(stats.errors.values()),
@@ -512,12 +538,12 @@ def _family_size(model: str) -> tuple[str, str | None]:
     fam, _, size = model.partition(":")
     return (fam, size or "tiny") if fam in FAMILIES else (model, None)
 
-def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path]:
-    "The training and held-out files: the given ones, or the synthetic suite generated once in output_dir/suite."
-    if cfg.data:
-        return Path(cfg.data), Path(cfg.eval_data) if cfg.eval_data else None
+def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path | None, Path | None]:
+    "The training, validation and held-out files: the given ones, or the synthetic suite generated once in output_dir/suite."
+    opt = lambda v: Path(v) if v else None
+    if cfg.data: return Path(cfg.data), opt(cfg.val_data), opt(cfg.eval_data)
     suite, names = Path(cfg.output_dir) / "suite", lambda v: [t.strip() for t in v.split(",") if t.strip()]
-    args = dict(n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, seed=cfg.seed, think=cfg.synthetic_think,
+    args = dict(n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, n_val=cfg.synthetic_val_n, seed=cfg.seed, think=cfg.synthetic_think,
                 tasks=names(cfg.synthetic_tasks), offline_fraction=cfg.offline_fraction,
                 offline_tasks=names(cfg.synthetic_offline_tasks) or None, task_options=cfg.synthetic_task_options)
     made = suite / "suite.json"  # the arguments the suite was made with: a changed config makes a new one
@@ -525,7 +551,8 @@ def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path]:
         make_suite(suite, **args)
         atomic_write_text(made, json.dumps(args))
     wait()
-    return suite / "train.jsonl", Path(cfg.eval_data) if cfg.eval_data else suite / "test.jsonl"
+    val = opt(cfg.val_data) or (suite / "val.jsonl" if cfg.synthetic_val_n else None)
+    return suite / "train.jsonl", val, opt(cfg.eval_data) or suite / "test.jsonl"
 
 def contracts(cfg: TrainConfig, family: str):
     "The run's video and image contracts (separate budgets)."
@@ -545,6 +572,71 @@ def lr_lambda(cfg: TrainConfig):
         return min(1.0, (g + 1) / max(cfg.warmup_steps, 1)) * max(decay, 0.0)
     return f
 
+# %% ../nbs/10_train.ipynb #439f48c7
+def check_launch(env: dict, num_processes: int):
+    "Refuse a launch whose environment names more processes than the accelerator joined (they would train unrelated models)."
+    n = int(env.get("WORLD_SIZE") or 1)
+    if n != num_processes:
+        raise RuntimeError(f"the launcher started {n} processes (WORLD_SIZE={n}) but accelerate joined {num_processes}: they would "
+                           "train {n} unrelated models. On CPU launch data-parallel with `ACCELERATE_USE_CPU=true accelerate launch "
+                           "--multi_gpu --num_processes N -m easyvideor1.train` (accelerate's FSDP plugin does not run on CPU)".replace("{n}", str(n)))
+
+# %% ../nbs/10_train.ipynb #3deb696d
+def frozen_copy(model):
+    "A frozen copy of the policy (the reference of the KL term)."
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_main: bool = True, wait=lambda: None):
+    "The hand-over from warm start to GRPO: fresh optimizer moments; with beta > 0 the reference frozen here (and saved for resume)."
+    if reset: optimizer.state.clear()  # AdamW re-creates its moments (and step count) at the next step
+    if beta <= 0: return None
+    if is_main:
+        tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        shutil.rmtree(ref_dir, ignore_errors=True)
+        os.replace(tmp, ref_dir)
+    wait()
+    return frozen_copy(model)
+
+def load_reference(model, ref_dir: Path):
+    "The reference a resumed run took at its hand-over (saved by `start_grpo`)."
+    if not (ref_dir / "config.json").exists(): raise FileNotFoundError(f"{ref_dir}: no reference policy to resume with beta > 0")
+    return load_weights(frozen_copy(model), ref_dir)
+
+# %% ../nbs/10_train.ipynb #f490dfdd
+def collapse_signs(rows: list[dict], max_new_tokens: int) -> dict[str, str]:
+    "Signs in the GRPO log rows that the policy is breaking: responses near the budget, format falling, entropy jumping."
+    g = [r for r in rows if r.get("phase") == "grpo"]
+    if not g: return {}
+    last, signs = g[-1], {}
+    if last["response_len"] >= 0.75 * max_new_tokens:
+        signs["length"] = f"mean response length {last['response_len']:.1f} of a {max_new_tokens}-token budget"
+    if (top := max(r["format"] for r in g)) >= 0.9 and last["format"] < 0.5:
+        signs["format"] = f"the format reward fell to {last['format']:.2f} (it was {top:.2f})"
+    ents = [r["sampled_entropy"] for r in g if math.isfinite(r.get("sampled_entropy", math.nan))]
+    if len(ents) > 1 and ents[-1] > max(1.0, 10 * min(ents)):
+        signs["entropy"] = f"sampled entropy jumped to {ents[-1]:.2f} nats/token (it was {min(ents):.2f})"
+    return signs
+
+# %% ../nbs/10_train.ipynb #60f55799
+def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best: dict | None,
+              is_main: bool = True, wait=lambda: None) -> dict:
+    "Keep `out/best` (model folder + best.json) when the validation accuracy is at least the best so far; return the best record."
+    now = dict(step=step, val_accuracy=val["all"]["accuracy"], val=val)
+    if best is not None and now["val_accuracy"] < best["val_accuracy"]: return best  # same decision on every rank
+    wait()
+    if is_main:
+        tmp, path = out / ".tmp-best", out / "best"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        (tmp / "best.json").write_text(json.dumps(now, indent=1))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    wait()
+    return now
+
 # %% ../nbs/10_train.ipynb #4fe960f1
 def train(cfg: TrainConfig) -> dict:
     "Run the configured training; return the final held-out table per problem type."
@@ -552,12 +644,17 @@ def train(cfg: TrainConfig) -> dict:
     from accelerate.utils import gather_object
     out = Path(cfg.output_dir); out.mkdir(parents=True, exist_ok=True)
     acc = Accelerator(log_with="tensorboard" if cfg.tensorboard else None, project_dir=str(out))
-    rank, world, main = acc.process_index, acc.num_processes, acc.is_main_process
+    rank, world, main, wait = acc.process_index, acc.num_processes, acc.is_main_process, acc.wait_for_everyone
+    check_launch(os.environ, world)
+    if acc.distributed_type.name == "FSDP":
+        raise ValueError("accelerate's FSDP plugin is not used by this trainer (it never runs on CPU, so it is untested): launch "
+                         "with a data-parallel accelerate config (configs/accelerate/ddp.yaml)")
     if cfg.prompts_per_step % world: raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
     # --- setup: data, contracts, processor, model, optimizer, engine
-    train_file, eval_file = prepare_data(cfg, main, acc.wait_for_everyone)
-    samples, eval_samples = read_samples(train_file, cfg.media_root or None), read_samples(eval_file, cfg.media_root or None)
-    if cfg.eval_n: eval_samples = eval_samples[:cfg.eval_n]
+    train_file, val_file, eval_file = prepare_data(cfg, main, wait)
+    samples = read_samples(train_file, cfg.media_root or None)
+    splits = {"test": read_samples(eval_file, cfg.media_root or None)} | ({"val": read_samples(val_file, cfg.media_root or None)} if val_file else {})
+    if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
     fam, size = _family_size(cfg.model)
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
     family = model_family(model)
@@ -566,43 +663,50 @@ def train(cfg: TrainConfig) -> dict:
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
     if cfg.gradient_checkpointing: model.gradient_checkpointing_enable()
     model.train()
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.beta > 0 else None
     betas = tuple(float(b) for b in cfg.betas.split(","))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    from accelerate.utils import DistributedType
-    if acc.distributed_type == DistributedType.FSDP: model = acc.prepare_model(model)
-    else: acc.register_for_checkpointing(model)  # plain model; gradients averaged by all_reduce_grads
-    optimizer, scheduler = acc.prepare(optimizer, scheduler)
-    policy = acc.unwrap_model(model)
-    reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 and acc.distributed_type != DistributedType.FSDP else None
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))  # stepped once a step on every rank: one schedule for any world size
+    policy = model  # the plain model: gradients are averaged by all_reduce_grads, checkpoints written by the main process
+    reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 else None
     count_mean = (lambda n: float(acc.reduce(torch.tensor([n], dtype=torch.float64, device=acc.device), "mean")[0])) if world > 1 else None  # global denominators
     engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
     tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    eval_prompts = load_prompts(eval_samples, processor, vc, ic, cache, acc.device)[0]
+    eval_prompts = {k: load_prompts(v, processor, vc, ic, cache, acc.device)[0] for k, v in splits.items()}
     # --- resume
-    state = load_checkpoint(acc, out, vc.hash) if cfg.resume else None
-    start = state["step"] if state else 0
+    state = load_checkpoint(policy, optimizer, scheduler, out, vc.hash) if cfg.resume else None
+    start, best = (state["step"], state.get("best")) if state else (0, None)
+    if state: sync_engine(engine, policy)  # the restored weights, before the first resumed rollout
+    ref_model = load_reference(policy, out / "reference") if cfg.beta > 0 and start > cfg.sft_steps else None
     mpath, epath = out / "metrics.jsonl", out / "evals.jsonl"
+    history, warned = [], set()
     if main:
         for p in (mpath, epath):  # drop what a crashed run logged after its last checkpoint
             rows = [r for r in read_jsonl(p) if r["step"] < start]
             atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))
+        history = read_jsonl(mpath)
         acc.init_trackers("easyvideor1", config={k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()})
     def run_eval(step):
-        rows = gather_object(evaluate_split(policy, processor, eval_samples, eval_prompts, rank, world, cfg.max_new_tokens,
-                                            cfg.strict_format))
-        table = per_type(rows)
-        if main: append_jsonl(epath, dict(step=step, per_type=table))
-        return table
-    before = run_eval(start) if start == 0 else None
+        tables = {k: per_type(gather_object(evaluate_split(policy, processor, splits[k], eval_prompts[k], rank, world,
+                                                           cfg.max_new_tokens, cfg.strict_format))) for k in splits}
+        if main: append_jsonl(epath, dict(step=step, per_type=tables["test"], **({"val": tables["val"]} if "val" in tables else {})))
+        return tables
+    def evaluate_and_keep(step):
+        nonlocal best
+        tables = run_eval(step)
+        if "val" in tables and step >= cfg.sft_steps: best = keep_best(policy, processor, out, step, tables["val"], best, main, wait)
+        return tables
+    def save(step):
+        state = dict(step=step, config=asdict(cfg), contract_hash=vc.hash, video_contract=vc.to_dict(), image_contract=ic.to_dict(), best=best)
+        save_checkpoint(policy, processor, optimizer, scheduler, state, out, cfg.keep_checkpoints, main, wait)
+    if start == 0: evaluate_and_keep(0)
     total, t_grpo = cfg.sft_steps + cfg.max_steps, None
     bar = tqdm(range(start, total), initial=start, total=total, disable=not main, desc="train")
     for step in bar:
         torch.manual_seed(step_seed(cfg.seed, step, rank)); random.seed(step_seed(cfg.seed, step, rank, 1))
         t = {}; t0 = time.time()
         sft = step < cfg.sft_steps
+        if step == cfg.sft_steps: ref_model = start_grpo(optimizer, policy, cfg.reset_optimizer, cfg.beta, out / "reference", main, wait)
         if not sft and t_grpo is None: t_grpo = time.time()
         pool = [s for s in samples if s.has_offline] if sft else samples
         if sft and not pool: raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
@@ -615,11 +719,15 @@ def train(cfg: TrainConfig) -> dict:
         t0 = time.time()
         step_kw = dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
                        agg=cfg.loss_agg, reduce_grads=reduce, count_mean=count_mean)
+        signal = None if sft else row["groups"] - row["zero_var_groups"]  # groups whose rewards differ: the only source of gradient
+        if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
         if sft: st = sft_update(model, prompts, [g[0] for g in offline], processor, optimizer, cfg.micro_batch_size,
                                 answer_only=step < cfg.sft_answer_steps, **step_kw)
-        else: st = grpo_update(model, prompts, groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size, pad_id=pad_id,
-                               shared_prefix=cfg.shared_prefix, temperature=cfg.temperature, updates=cfg.updates_per_batch,
-                               offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind, **step_kw)  # phase 7
+        elif signal == 0: st = dict(no_signal=1)  # every group agrees: no gradient, and momentum alone must not move the policy
+        else: st = dict(grpo_update(model, prompts, groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size, pad_id=pad_id,
+                                    shared_prefix=cfg.shared_prefix, temperature=cfg.temperature, updates=cfg.updates_per_batch,
+                                    offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind, **step_kw),
+                        no_signal=0)  # phase 7
         scheduler.step(); t["update"] = time.time() - t0
         t0 = time.time(); sync_engine(engine, policy); t["sync"] = time.time() - t0                              # phase 8
         row.update(step=step, lr=scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
@@ -630,24 +738,28 @@ def train(cfg: TrainConfig) -> dict:
                       for k, v in rows[0].items()} | dict(step=step)  # means over ranks; the step stays an int
             append_jsonl(mpath, merged); acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
             bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
+            history.append(merged)
+            for kind, msg in collapse_signs(history, cfg.max_new_tokens).items():
+                if kind not in warned: warned.add(kind); tqdm.write(f"warning: GRPO step {step}: {msg}; the policy may be collapsing")
         done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_grpo > 60 * cfg.max_minutes)
-        if not done and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.sft_steps < total):
-            run_eval(step + 1)  # periodically, and where the warm start hands over to GRPO
-        if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-            save_checkpoint(acc, model, processor, dict(step=step + 1, config=asdict(cfg), contract_hash=vc.hash,
-                                                        video_contract=vc.to_dict(), image_contract=ic.to_dict()),
-                            out, cfg.keep_checkpoints)
+        grpo_done = step + 1 - cfg.sft_steps  # GRPO steps finished
+        if not done and (step + 1 == cfg.sft_steps or (not sft and cfg.eval_every and grpo_done % cfg.eval_every == 0)):
+            evaluate_and_keep(step + 1)  # where the warm start hands over to GRPO, then every eval_every GRPO steps
         if done: break
-    final = run_eval(step + 1 if total > start else start)
+        if cfg.save_every and (step + 1) % cfg.save_every == 0: save(step + 1)
+    end = step + 1 if total > start else start
+    final = evaluate_and_keep(end)["test"]
+    if end > start: save(end)  # after the last evaluation, so the checkpoint knows the best step
     write_param_digest(policy, out / f"params_rank{rank}.sha256")
     if main:
         import matplotlib.pyplot as plt
-        plt.close(plot_curves(read_jsonl(mpath), read_jsonl(epath), out / "curve.png"))
         evals = read_jsonl(epath)
-        before = before or next((e["per_type"] for e in evals if e["step"] == 0), None)  # a resumed run: its first run's
-        warm = next((e["per_type"] for e in evals if e["step"] == cfg.sft_steps), None) if cfg.max_steps and cfg.sft_steps else None
-        (out / "final.md").write_text(table_md(final, before, warm) + "\n")
-        print(table_md(final, before, warm))
+        plt.close(plot_curves(read_jsonl(mpath), evals, out / "curve.png"))
+        at = lambda s: next((e["per_type"] for e in evals if e["step"] == s), None)
+        warm = at(cfg.sft_steps) if cfg.max_steps and cfg.sft_steps else None
+        md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
+        (out / "final.md").write_text(md + "\n")
+        print(md)
     acc.end_training()
     return final
 

@@ -9,7 +9,7 @@ from easyvideor1.train import load_config, read_jsonl, train
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model="qwen2_5_vl:tiny", synthetic_n=4, synthetic_test_n=2, prompts_per_step=2, group_size=2,
             sft_steps=1, sft_batch_size=2, max_new_tokens=8, eval_every=0, eval_n=2, tensorboard=False,
-            lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0,
+            lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0, synthetic_val_n=1,
             lr_decay_steps=0)  # the decay depends on max_steps, which the resume test shortens to stop a run early
 KEYS = ("loss", "reward", "grad_norm", "entropy")
 
@@ -55,10 +55,14 @@ def test_tiny_cpu_preset_is_the_embedded_default():
     assert asdict(load_config(ROOT / "configs" / "tiny-cpu.yaml")) == asdict(TrainConfig())
 
 
+SCHEDULE = dict(sft_steps=2, max_steps=4, warmup_steps=2, lr_decay_steps=2)  # warm-up, stable and decay in 6 steps
+
+
 def test_two_process_ddp_leaves_identical_parameters(tmp_path):
-    "ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m easyvideor1.train ..."
-    out = tmp_path / "ddp"
-    args = [f"{k}={v}" for k, v in dict(TINY, output_dir=str(out), max_steps=2, save_every=0, tensorboard=True).items()]
+    "ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m easyvideor1.train ...: same weights, same lr as 1 process."
+    out, one = tmp_path / "ddp", tmp_path / "one"
+    cfg = dict(TINY, **SCHEDULE, save_every=0)
+    args = [f"{k}={v}" for k, v in dict(cfg, output_dir=str(out), tensorboard=True).items()]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "easyvideor1.train", *args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(_env(), ACCELERATE_USE_CPU="true"), timeout=900)
@@ -66,7 +70,11 @@ def test_two_process_ddp_leaves_identical_parameters(tmp_path):
     d0, d1 = (out / "params_rank0.sha256").read_text(), (out / "params_rank1.sha256").read_text()
     assert d0 == d1
     metrics = read_jsonl(out / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert [m["step"] for m in metrics] == list(range(6))
+    train(load_config(overrides=dict(cfg, output_dir=str(one))))
+    lr_one = [m["lr"] for m in read_jsonl(one / "metrics.jsonl")]
+    assert [m["lr"] for m in metrics] == pytest.approx(lr_one, rel=1e-12) and lr_one[-1] == 0 and len(set(lr_one)) > 2
+    assert (out / "best" / "best.json").exists()  # the validation split picked a checkpoint
     assert (out / "curve.png").exists() and (out / "final.md").exists()
     assert list(out.glob("easyvideor1/events.out.tfevents.*"))  # TensorBoard, config (with its mapping field) included
 
@@ -81,9 +89,10 @@ def test_synthetic_suite_follows_its_config(tmp_path):
     "The default suite: trajectories for direction only; a changed suite config remakes the suite, an unchanged one is reused."
     from dataclasses import replace
     from easyvideor1.train import prepare_data
-    cfg = load_config(overrides=dict(output_dir=str(tmp_path), synthetic_n=2, synthetic_test_n=1))
-    train_file, test_file = prepare_data(cfg, True, lambda: None)
+    cfg = load_config(overrides=dict(output_dir=str(tmp_path), synthetic_n=2, synthetic_test_n=1, synthetic_val_n=1))
+    train_file, val_file, test_file = prepare_data(cfg, True, lambda: None)
     rows = read_jsonl(train_file)
+    assert [(r["problem_id"], r["has_offline_trajectory"]) for r in read_jsonl(val_file)] == [("direction-val-0000", False), ("color-val-0000", False)]
     assert [(r["data_source"], r["has_offline_trajectory"]) for r in rows] == [("synthetic/direction", True)] * 2 + [("synthetic/color", False)] * 2
     assert all(r["options"] == ["A. red", "B. green"] for r in rows if r["data_source"] == "synthetic/color")
     stamp = train_file.stat().st_mtime_ns

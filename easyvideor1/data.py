@@ -75,6 +75,7 @@ class Sample:
     options: list[str] = field(default_factory=list)  # multiple-choice options as written in the row
     data_source: str = ""                             # dataset or benchmark name
     offline_output: str = ""                          # curated trajectory for mixed offline-online training
+    offline_logprobs: list[float] | None = None       # behaviour log-prob of each offline_output token (+ end-of-turn), if given
     where: str = ""                                   # "<file>:<line>" of the row
     extra: dict = field(default_factory=dict)         # every other field of the row, untouched
 
@@ -118,7 +119,7 @@ def _resolve(p: str, root: Path) -> str:
 
 # %% ../nbs/05_data.ipynb #a86d1f6c
 _KNOWN = {"problem", "problem_type", "answer", "solution", "data_type", "videos", "images", "path", "image_path",
-          "options", "problem_id", "data_source", "has_offline_trajectory", "offline_output"}
+          "options", "problem_id", "data_source", "has_offline_trajectory", "offline_output", "offline_logprobs"}
 
 def _parse_row(row, where: str, root: Path) -> Sample:
     "Build a `Sample` from one row of the training or benchmark format; raise `ValueError` on a malformed row."
@@ -138,12 +139,16 @@ def _parse_row(row, where: str, root: Path) -> Sample:
     offline = row.get("offline_output") or ""
     if row.get("has_offline_trajectory") and not (isinstance(offline, str) and offline.strip()):
         raise ValueError("`has_offline_trajectory` is true but `offline_output` is empty")
+    lp = row.get("offline_logprobs")
+    if lp is not None and not (isinstance(lp, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lp)):
+        raise ValueError("`offline_logprobs` must be a list of numbers, one per token of `offline_output` (+ end-of-turn)")
     pid = row.get("problem_id")
     return Sample(id=str(pid) if pid not in (None, "") else where, problem=row["problem"],
                   problem_type=row["problem_type"].strip().lower(), answer=answer, data_type=data_type,
                   videos=[_resolve(v, root) for v in videos], images=[_resolve(i, root) for i in images],
                   options=_as_list(row.get("options"), "options"), data_source=str(row.get("data_source") or ""),
                   offline_output=offline if row.get("has_offline_trajectory") else "", where=where,
+                  offline_logprobs=[float(v) for v in lp] if lp is not None and row.get("has_offline_trajectory") else None,
                   extra={k: v for k, v in row.items() if k not in _KNOWN or (k == "answer" and "solution" in row)})
 
 # %% ../nbs/05_data.ipynb #d5fe9fd9

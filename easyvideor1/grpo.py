@@ -12,10 +12,11 @@ import torch
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KINDS', 'LETTERS', 'token_logprobs',
-           'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'TokenLoss', 'policy_token_loss',
-           'aggregate', 'token_stats', 'policy_loss', 'kl_penalty', 'tis_weights', 'MicroBatch', 'loss_denominator',
-           'grpo_step', 'TinyPolicy', 'sample_tokens', 'mc_reward', 'train_bandit']
+__all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KINDS', 'KL_ALIASES', 'LETTERS', 'token_logprobs',
+           'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'group_has_signal', 'fill_groups',
+           'overlong_penalty', 'TokenLoss', 'policy_token_loss', 'aggregate', 'token_stats', 'check_loss_config',
+           'policy_loss', 'kl_penalty', 'tis_weights', 'MicroBatch', 'loss_denominator', 'grpo_step', 'TinyPolicy',
+           'sample_tokens', 'mc_reward', 'train_bandit']
 
 # %% ../nbs/06_grpo.ipynb #3586706c
 CHUNK_ELEMS = 2**24  # float32 values (64 MiB) upcast at a time in token_logprobs / entropy_from_logits
@@ -127,6 +128,15 @@ def _constant_groups(r, idx, n_g):
     return (hi == lo).all(1)  # (n_g,)
 
 # %% ../nbs/06_grpo.ipynb #e0cdd71e
+def _batch_whiten(adv, eps, stats_reduce):
+    "Divide by the batch std of the advantages; `stats_reduce` turns this rank's (count, sum, sum of squares) into all ranks'."
+    s = torch.stack([adv.new_tensor(float(len(adv))), adv.sum(), (adv**2).sum()])  # (3,)
+    if stats_reduce is not None: s = torch.as_tensor(stats_reduce(s), dtype=adv.dtype).reshape(3)
+    n, tot, sq = s.tolist()
+    if n < 2: return adv
+    var = max((sq - tot * tot / n) / (n - 1), 0.0)  # unbiased, like Tensor.std
+    return adv / (math.sqrt(var) + eps)
+
 def group_advantages(
     rewards: Tensor | Sequence,  # (N,) rewards; (N, K) one column per reward key for "gdpo"
     group_size: int | None = None,  # consecutive rows per group
@@ -134,6 +144,7 @@ def group_advantages(
     method: str = "grpo",  # one of ADV_METHODS
     eps: float = 1e-6,  # added to standard deviations
     weights: Sequence[float] | None = None,  # "gdpo": weight of each reward key (default all 1)
+    stats_reduce: Callable | None = None,  # "reinforce_pp" / "gdpo": (3,) local [count, sum, sum of squares] -> the all-rank sums
 ) -> Advantages:
     "Group-relative advantages and the number of zero-variance groups."
     if method not in ADV_METHODS: raise ValueError(f"group_advantages: method {method!r} not in {ADV_METHODS}")
@@ -149,8 +160,47 @@ def group_advantages(
         scale = {"grpo": "std", "rloo": "rloo"}.get(method)
         adv = _normalise_in_groups(r[:, 0], idx, n_g, eps, scale)  # (N,)
     adv = torch.where(const[idx], torch.zeros_like(adv), adv)  # exact zeros, not 0/eps noise
-    if method in ("reinforce_pp", "gdpo") and len(adv) > 1: adv = adv / (adv.std() + eps)
+    if method in ("reinforce_pp", "gdpo"): adv = _batch_whiten(adv, eps, stats_reduce)  # (N,)
     return Advantages(adv.float(), int(const.sum()))
+
+# %% ../nbs/06_grpo.ipynb #dc00512a
+def group_has_signal(
+    rewards: Tensor | Sequence,  # (N,) or (N, K) rewards, as for group_advantages
+    group_size: int | None = None,  # consecutive rows per group
+    group_ids: Sequence | Tensor | None = None,  # or a group label per row
+) -> Tensor:  # (n_g,) bool, in group_index order
+    "Which groups carry a learning signal: rewards not all equal (DAPO's dynamic-sampling filter)."
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    r = r[:, None] if r.ndim == 1 else r  # (N, K)
+    idx, n_g = group_index(len(r), group_size, group_ids)
+    return ~_constant_groups(r, idx, n_g)
+
+# %% ../nbs/06_grpo.ipynb #68c905bd
+def fill_groups(
+    kept: list,  # groups kept so far this step (any objects)
+    groups: Sequence,  # this draw's groups
+    has_signal: Sequence[bool] | Tensor,  # (len(groups),) from group_has_signal
+    target: int,  # groups wanted in the batch (this rank's share)
+) -> tuple[list, dict]:  # kept groups (at most target), counts of this draw
+    "One draw of dynamic sampling: keep the groups with signal, up to `target`; count drawn / kept / dropped / surplus."
+    has_signal = [bool(s) for s in has_signal]
+    if len(has_signal) != len(groups): raise ValueError(f"fill_groups: {len(has_signal)} has_signal flags for {len(groups)} groups")
+    good = [g for g, s in zip(groups, has_signal) if s]
+    room = max(target - len(kept), 0)
+    return list(kept) + good[:room], dict(drawn=len(groups), kept=min(len(good), room),
+                                          dropped=len(groups) - len(good), surplus=max(len(good) - room, 0))
+
+# %% ../nbs/06_grpo.ipynb #1c746993
+def overlong_penalty(
+    lengths: Sequence[int] | Tensor,  # (N,) response lengths in tokens
+    max_len: int,  # L_max: the response budget
+    buffer: int,  # L_cache: the soft zone before max_len where the penalty grows (config `overlong_buffer`)
+    factor: float = 1.0,  # the penalty at and beyond max_len (config `overlong_penalty`)
+) -> Tensor:  # (N,) float32 rewards to add, in [-factor, 0]
+    "DAPO's soft overlong punishment: 0 up to max_len - buffer, linear down to -factor at max_len, -factor beyond."
+    if not 0 < buffer <= max_len: raise ValueError(f"overlong_penalty: overlong_buffer must be in (0, max_len={max_len}], got {buffer}")
+    L = torch.as_tensor(lengths, dtype=torch.float64)  # (N,)
+    return (((max_len - buffer) - L) / buffer).clamp(-1.0, 0.0).mul(factor).float()
 
 # %% ../nbs/06_grpo.ipynb #b9b59290
 LOSS_METHODS = ("ppo", "gspo", "cispo")
@@ -172,7 +222,7 @@ def policy_token_loss(
     old_logp: Tensor,  # (B, T) log-probs of the policy that sampled (or the last update's)
     adv: Tensor,  # (B,) or (B, T) advantages
     mask: Tensor,  # (B, T) 1 on completion tokens, 0 on padding
-    clip_low: float = 0.2,  # ratio lower bound is 1 - clip_low
+    clip_low: float = 0.2,  # ratio lower bound is 1 - clip_low (PPO, GSPO; CISPO has none)
     clip_high: float = 0.28,  # ratio upper bound is 1 + clip_high (DAPO's clip-higher)
     dual_clip: float | None = None,  # c > 1: caps the loss of negative-advantage tokens at -c * A
     method: str = "ppo",  # one of LOSS_METHODS
@@ -192,8 +242,8 @@ def policy_token_loss(
     ratio = log_ratio.exp()  # (B, T)
     lo, hi = 1 - clip_low, 1 + clip_high
     if method == "cispo":
-        w = ratio.clamp(lo, hi).detach()  # (B, T)
-        return TokenLoss(-w * adv * logp, (ratio < lo) | (ratio > hi), ratio.detach())
+        w = ratio.clamp(max=hi).detach()  # (B, T) MiniMax-M1: the IS weight is clipped from above only
+        return TokenLoss(-w * adv * logp, ratio > hi, ratio.detach())
     unclipped, clip = -adv * ratio, -adv * ratio.clamp(lo, hi)  # (B, T)
     loss, clipped = torch.maximum(unclipped, clip), clip > unclipped
     if dual_clip is not None:
@@ -206,17 +256,26 @@ def aggregate(
     loss: Tensor,  # (B, T) per-token loss
     mask: Tensor,  # (B, T) 1 on completion tokens
     agg: str = "token_mean",  # one of AGGREGATIONS
-    max_len: int | None = None,  # seq_mean_token_sum_norm: the constant length L (default T)
+    max_len: int | None = None,  # seq_mean_token_sum_norm: the constant length L (required; the padded T varies by batch)
     n_total: float | None = None,  # denominator override: all tokens (token_mean) or sequences of the batch
 ) -> Tensor:  # scalar
-    "Aggregate per-token losses over the completion tokens."
+    "Aggregate per-token losses over the completion tokens; a row with no token counts in no denominator."
     if agg not in AGGREGATIONS: raise ValueError(f"policy_loss: agg {agg!r} not in {AGGREGATIONS}")
     mask = mask.to(loss.dtype)
     masked = torch.where(mask > 0, loss, torch.zeros_like(loss))  # padding contributes nothing, even if nan
     if agg == "token_mean": return masked.sum() / (n_total if n_total is not None else mask.sum().clamp(min=1))
-    if agg == "seq_mean_token_mean": per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
-    else: per_seq = masked.sum(-1) / (max_len or mask.shape[-1])  # (B,)
-    return per_seq.sum() / (n_total if n_total is not None else len(per_seq))
+    n_tok = mask.sum(-1)  # (B,)
+    if agg == "seq_mean_token_mean": per_seq = masked.sum(-1) / n_tok.clamp(min=1)  # (B,)
+    else: per_seq = masked.sum(-1) / _constant_len(max_len, n_tok)  # (B,)
+    return per_seq.sum() / (n_total if n_total is not None else (n_tok > 0).sum().clamp(min=1))
+
+def _constant_len(max_len, n_tok):
+    "Dr. GRPO's L: required, and no completion may be longer."
+    if max_len is None or max_len < 1:
+        raise ValueError("loss_agg='seq_mean_token_sum_norm' (Dr. GRPO) divides by a constant L: pass max_len (the response "
+                         f"budget, e.g. max_new_tokens), got max_len={max_len}; the padded length would vary by micro-batch")
+    if len(n_tok) and n_tok.max() > max_len: raise ValueError(f"aggregate: a completion has {int(n_tok.max())} tokens > max_len={max_len}")
+    return max_len
 
 # %% ../nbs/06_grpo.ipynb #0cf171c6
 def token_stats(tl: TokenLoss, mask: Tensor) -> dict:
@@ -228,6 +287,19 @@ def token_stats(tl: TokenLoss, mask: Tensor) -> dict:
                 ratio_min=r.min().item(), ratio_max=r.max().item())
 
 # %% ../nbs/06_grpo.ipynb #355a94e0
+def check_loss_config(
+    method: str = "ppo",  # config `loss_method`
+    agg: str = "token_mean",  # config `loss_agg`
+    max_len: int | None = None,  # the constant L of seq_mean_token_sum_norm (config `max_new_tokens`)
+):
+    "Reject loss settings that do not define the named variant; the errors name the config keys."
+    if method not in LOSS_METHODS: raise ValueError(f"loss_method {method!r} not in {LOSS_METHODS}")
+    if agg not in AGGREGATIONS: raise ValueError(f"loss_agg {agg!r} not in {AGGREGATIONS}")
+    if method == "gspo" and agg != "seq_mean_token_mean":
+        raise ValueError(f"loss_method='gspo' is a mean over sequences of a sequence-level objective: set "
+                         f"loss_agg='seq_mean_token_mean', got loss_agg={agg!r} (it would weigh long sequences more)")
+    if agg == "seq_mean_token_sum_norm": _constant_len(max_len, torch.zeros(0))
+
 def policy_loss(
     logp: Tensor,  # (B, T) current policy log-probs
     old_logp: Tensor,  # (B, T) behaviour (old) log-probs
@@ -237,29 +309,33 @@ def policy_loss(
     clip_high: float = 0.28,  # 1 + clip_high is the upper ratio bound
     dual_clip: float | None = None,  # dual-clip constant c > 1 (None: off)
     method: str = "ppo",  # "ppo", "gspo" or "cispo"
-    agg: str = "token_mean",  # "token_mean", "seq_mean_token_mean" or "seq_mean_token_sum_norm"
+    agg: str = "token_mean",  # "token_mean", "seq_mean_token_mean" or "seq_mean_token_sum_norm" (gspo: seq_mean_token_mean)
     max_len: int | None = None,  # constant length for seq_mean_token_sum_norm
     is_weights: Tensor | None = None,  # (B, T) optional per-token importance weights (e.g. `tis_weights`)
 ) -> tuple[Tensor, dict]:
     "Clipped policy-gradient loss (scalar) and its statistics."
+    check_loss_config(method, agg, max_len)
     tl = policy_token_loss(logp, old_logp, adv, mask, clip_low, clip_high, dual_clip, method)
     loss = tl.loss if is_weights is None else tl.loss * is_weights
     return aggregate(loss, mask, agg, max_len), token_stats(tl, mask)
 
 # %% ../nbs/06_grpo.ipynb #cec71014
-KL_KINDS = ("k1", "k2", "k3")
+KL_KINDS = ("k1", "abs", "k2", "k3")
+KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}  # the original's (verl's) names
 
 def kl_penalty(
     logp: Tensor,  # (B, T) current policy log-probs
     ref_logp: Tensor,  # (B, T) reference policy log-probs
-    kind: str = "k3",  # "k1", "k2" or "k3" (low variance)
+    kind: str = "k3",  # one of KL_KINDS (or KL_ALIASES): "k1", "abs", "k2" (mse), "k3" (low variance)
 ) -> Tensor:  # (B, T) per-token KL estimate
     "Per-token estimate of KL(policy || reference)."
+    kind = KL_ALIASES.get(kind, kind)
     delta = (ref_logp - logp).clamp(-20, 20)  # (B, T)
     if kind == "k1": return -delta
+    if kind == "abs": return delta.abs()
     if kind == "k2": return 0.5 * delta**2
     if kind == "k3": return delta.exp() - 1 - delta
-    raise ValueError(f"kl_penalty: kind {kind!r} not in {KL_KINDS}")
+    raise ValueError(f"kl_penalty: kind {kind!r} not in {KL_KINDS} or {sorted(KL_ALIASES)}")
 
 # %% ../nbs/06_grpo.ipynb #2769184a
 def tis_weights(
@@ -295,9 +371,9 @@ def _describe(v):
 
 # %% ../nbs/06_grpo.ipynb #9d803698
 def loss_denominator(micro_batches: Sequence[MicroBatch], agg: str = "token_mean") -> float:
-    "What `aggregate` divides by for this mini-batch: its completion tokens (token_mean) or its sequences (other modes)."
+    "What `aggregate` divides by for this mini-batch: its completion tokens (token_mean) or its non-empty sequences (other modes)."
     if agg == "token_mean": return sum(float(mb.mask.sum()) for mb in micro_batches)
-    return float(sum(len(mb.mask) for mb in micro_batches))
+    return float(sum(int((mb.mask.sum(-1) > 0).sum()) for mb in micro_batches))
 
 # %% ../nbs/06_grpo.ipynb #ad919cd0
 def grpo_step(
@@ -309,8 +385,8 @@ def grpo_step(
     clip_high: float = 0.28,  # PPO upper clip
     dual_clip: float | None = None,  # dual-clip constant
     method: str = "ppo",  # "ppo", "gspo" or "cispo"
-    agg: str = "token_mean",  # loss aggregation
-    max_len: int | None = None,  # constant L for "seq_mean_token_sum_norm"
+    agg: str = "token_mean",  # loss aggregation (config loss_agg; "gspo" needs "seq_mean_token_mean")
+    max_len: int | None = None,  # constant L for "seq_mean_token_sum_norm" (required there)
     beta: float = 0.0,  # KL coefficient (needs ref_logp)
     kl_kind: str = "k3",  # KL estimator
     tis_cap: float | None = None,  # truncated IS cap for rollout/trainer mismatch (needs rollout_logp)
@@ -322,6 +398,7 @@ def grpo_step(
     reduce_grads: Callable | None = None,  # called with `params` after the last backward (e.g. a data-parallel all-reduce)
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
+    check_loss_config(method, agg, max_len)
     if token_loss_fn is None: token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
     clip_kw = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, method=method)
     params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]

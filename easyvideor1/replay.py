@@ -18,7 +18,8 @@ from .grpo import (MicroBatch, TinyPolicy, TokenLoss, group_advantages, grpo_ste
                               policy_token_loss, sample_tokens, token_logprobs)
 
 # %% auto #0
-__all__ = ['MIX_MODES', 'OFFPOLICY', 'Trajectory', 'char_tokenizer', 'eot_id', 'offline_trajectory', 'offline_texts', 'GroupPlan',
+__all__ = ['OFFPOLICY', 'OFFPOLICY_NEEDS_BEHAVIOUR', 'MIX_MODES', 'Trajectory', 'char_tokenizer', 'eot_id', 'offline_trajectory',
+           'offline_texts', 'offline_logprobs', 'offline_trajectories', 'check_offpolicy_data', 'GroupPlan',
            'plan_groups', 'mix_group', 'pad_trajectories', 'offpolicy_token_loss', 'offpolicy_loss_fn',
            'replay_metrics', 'numeric_reward', 'train_sparse']
 
@@ -75,8 +76,8 @@ def offline_trajectory(
     "Tokenise an offline answer like a completion: end-of-turn appended, cut to the budget."
     ids = tokenizer.encode(text, add_special_tokens=False) + ([] if eot_token is None else [eot_id(tokenizer, eot_token)])
     if behaviour_logp is not None and len(behaviour_logp) != len(ids):
-        raise ValueError(f"replay: sample {sample_id}: {len(behaviour_logp)} behaviour log-probs for {len(ids)} tokens "
-                         f"(text + {eot_token})")
+        raise ValueError(f"replay: sample {sample_id}: {len(behaviour_logp)} behaviour log-probs (offline_logprobs) for "
+                         f"{len(ids)} tokens (text + {eot_token})")
     logp = None if behaviour_logp is None else [float(x) for x in behaviour_logp]
     if len(ids) <= max_response_len: return Trajectory(ids, text, is_offline=True, logp=logp)
     ids = ids[:max_response_len]
@@ -97,6 +98,64 @@ def offline_texts(sample, sample_id: Any = None) -> list[str]:
         raise ValueError(f"replay: sample {sample_id if sample_id is not None else _get(sample, 'problem_id')}: "
                          f"has_offline_trajectory is true but offline_output is empty")
     return out
+
+# %% ../nbs/07_replay.ipynb #2e2997fd
+OFFPOLICY = ("none", "is_clip", "luffy")  # treatments of offline rows (offpolicy_token_loss)
+OFFPOLICY_NEEDS_BEHAVIOUR = ("is_clip",)  # off-policy modes that read stored behaviour log-probs
+
+def _as_logprobs(x, where):
+    "A list of finite log-probs (<= 0), or an error naming the sample."
+    if not isinstance(x, (list, tuple)) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x):
+        raise ValueError(f"replay: sample {where}: offline_logprobs must be a list of numbers (or one list per offline_output)")
+    if not all(math.isfinite(v) and v <= 1e-6 for v in x):
+        raise ValueError(f"replay: sample {where}: offline_logprobs must be finite log-probs <= 0")
+    return [float(v) for v in x]
+
+def offline_logprobs(sample, sample_id: Any = None) -> list[list[float] | None]:
+    "Stored behaviour log-probs of each offline answer (None where the sample has none), aligned with offline_texts."
+    where = sample_id if sample_id is not None else _get(sample, "problem_id")
+    texts, lp = offline_texts(sample, sample_id=where), _get(sample, "offline_logprobs")
+    if not texts or lp is None: return [None] * len(texts)
+    several = not isinstance(_get(sample, "offline_output", ""), str)
+    rows = list(lp) if several else [lp]
+    if len(rows) != len(texts):
+        raise ValueError(f"replay: sample {where}: {len(rows)} offline_logprobs lists for {len(texts)} offline_output texts")
+    return [_as_logprobs(r, where) for r in rows]
+
+# %% ../nbs/07_replay.ipynb #8d53a544
+def offline_trajectories(
+    sample,  # dict sample or record with has_offline_trajectory / offline_output (/ offline_logprobs)
+    tokenizer,  # any Hugging Face tokenizer
+    max_response_len: int,  # the rollout's response budget in tokens
+    eot_token: str | None = "<|im_end|>",  # end-of-turn token appended after each text
+    sample_id: Any = None,  # names the sample in error messages (default: its problem_id)
+) -> list[Trajectory]:
+    "The sample's offline trajectories, each with its stored behaviour log-probs when the data has them."
+    sid = sample_id if sample_id is not None else _get(sample, "problem_id")
+    return [offline_trajectory(t, tokenizer, max_response_len, eot_token, lp, sample_id=sid)
+            for t, lp in zip(offline_texts(sample, sid), offline_logprobs(sample, sid))]
+
+# %% ../nbs/07_replay.ipynb #f912439c
+def check_offpolicy_data(
+    offpolicy: str,  # config `offpolicy`
+    samples: Sequence,  # every training sample (dicts or records, as for plan_groups)
+    tokenizer=None,  # given: also tokenise each offline answer, so a length mismatch fails now, not mid-run
+    max_response_len: int = 1 << 30,  # the response budget (with tokenizer)
+    eot_token: str | None = "<|im_end|>",  # end-of-turn token (with tokenizer)
+) -> int:  # number of offline answers checked
+    "Start-up check: a mode in OFFPOLICY_NEEDS_BEHAVIOUR needs offline_logprobs on every offline answer."
+    if offpolicy not in OFFPOLICY: raise ValueError(f"offpolicy {offpolicy!r} not in {OFFPOLICY}")
+    n, missing = 0, []
+    for i, s in enumerate(samples):
+        sid = _get(s, "problem_id", i)
+        lps = offline_logprobs(s, sid)
+        n += len(lps)
+        if offpolicy in OFFPOLICY_NEEDS_BEHAVIOUR and any(lp is None for lp in lps): missing.append(str(sid))
+        elif tokenizer is not None and lps: offline_trajectories(s, tokenizer, max_response_len, eot_token, sid)
+    if missing:
+        raise ValueError(f"offpolicy={offpolicy!r} needs behaviour log-probs of the offline answers, but {len(missing)} samples "
+                         f"have no offline_logprobs (e.g. {', '.join(missing[:3])}): add them to the data or use offpolicy='none' / 'luffy'")
+    return n
 
 # %% ../nbs/07_replay.ipynb #ca145a7b
 @dataclass(frozen=True)
@@ -151,19 +210,19 @@ def mix_group(
 def pad_trajectories(
     trajs: Sequence[Trajectory],  # a flat list (all groups)
     pad_id: int = 0,  # id written at padding positions (masked out)
+    mask_truncated: bool = False,  # DAPO's overlong filtering: truncated completions get an all-zero mask row
 ) -> dict[str, Tensor]:
-    "Right-pad trajectories into ids / mask (B, T), is_offline (B,) and behaviour_logp (B, T)."
+    "Right-pad trajectories into ids / mask (B, T), is_offline / truncated (B,) and behaviour_logp (B, T)."
     B, T = len(trajs), max(len(t.ids) for t in trajs)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     mask, blp = torch.zeros(B, T), torch.full((B, T), math.nan)
     for i, t in enumerate(trajs):
-        ids[i, : len(t.ids)], mask[i, : len(t.ids)] = torch.tensor(t.ids), 1.0
+        ids[i, : len(t.ids)], mask[i, : len(t.ids)] = torch.tensor(t.ids), 0.0 if (mask_truncated and t.truncated) else 1.0
         if t.logp is not None: blp[i, : len(t.logp)] = torch.tensor(t.logp)
-    return dict(ids=ids, mask=mask, is_offline=torch.tensor([t.is_offline for t in trajs]), behaviour_logp=blp)
+    return dict(ids=ids, mask=mask, is_offline=torch.tensor([t.is_offline for t in trajs]),
+                truncated=torch.tensor([t.truncated for t in trajs]), behaviour_logp=blp)
 
 # %% ../nbs/07_replay.ipynb #cddfadf5
-OFFPOLICY = ("none", "is_clip", "luffy")
-
 def offpolicy_token_loss(
     logp: Tensor,  # (B, T) current policy log-probs
     old_logp: Tensor,  # (B, T) old log-probs (offline rows: recomputed by the policy, as in the original)
@@ -189,7 +248,8 @@ def offpolicy_token_loss(
         loss, clipped, ratio = -a * p / (p + gamma), torch.zeros_like(off), p.detach()
     else:
         if behaviour_logp is None or torch.isnan(behaviour_logp[off]).any():
-            raise ValueError("offpolicy_token_loss: 'is_clip' needs behaviour log-probs for every offline token")
+            raise ValueError("offpolicy_token_loss: offpolicy='is_clip' needs behaviour log-probs for every offline token "
+                             "(offline_logprobs in the data; check_offpolicy_data checks at start-up)")
         mu = torch.where(off, behaviour_logp, zero)  # (B, T) unknown (nan) elsewhere
         ratio = (lp - mu).clamp(-20, 20).exp().detach()  # (B, T)
         loss, clipped = -ratio.clamp(max=is_cap) * a * lp, ratio > is_cap

@@ -17,11 +17,12 @@ from tqdm.auto import tqdm
 
 from .cache import FrameCache, atomic_write_text
 from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, with_completion
-from .grpo import MicroBatch, group_advantages, grpo_step, loss_denominator, token_logprobs
+from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
+                              loss_denominator, overlong_penalty, token_logprobs)
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
 from .prefix import PrefixLogp, group_micro_batches
-from .replay import (Trajectory, mix_group, offline_texts, offline_trajectory, offpolicy_loss_fn, pad_trajectories,
-                                plan_groups, replay_metrics)
+from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
+                                pad_trajectories, plan_groups, replay_metrics)
 from .rewards import answer_span, compute_scores
 from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt
 from .synthetic import make_suite
@@ -33,9 +34,9 @@ __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_d
            'offline_groups', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
            'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn',
            'sft_update', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves',
-           'table_md', 'collect_groups', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch',
-           'frozen_copy', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest',
-           'parse_args', 'main']
+           'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
+           'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'start_grpo',
+           'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -81,11 +82,17 @@ class TrainConfig:
     loss_agg: str = "token_mean"  # token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
     clip_low: float = 0.2  # PPO lower clip
     clip_high: float = 0.28  # PPO upper clip
+    dual_clip: float = 0.0  # PPO dual-clip constant c > 1 for negative advantages (0: off)
     beta: float = 0.0  # KL coefficient (0: no reference model)
-    kl_kind: str = "k3"  # KL estimator
+    kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
+    max_extra_draws: int = 3  # dynamic sampling: extra draws per step at most (zero-variance groups then fill the rest)
+    mask_truncated: bool = False  # DAPO: completions cut at max_new_tokens get no loss
+    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_new_tokens (0: off)
+    overlong_penalty: float = 1.0  # that penalty at max_new_tokens, in reward units
     strict_format: bool = True  # full format reward only for "(<think>..</think>) <answer>..</answer>" and nothing else
     # --- replay (offline trajectories)
     offline_mode: str = "replace"  # replace, add, or none
@@ -268,12 +275,12 @@ def load_prompts(samples, processor, video_contract, image_contract, cache=None,
 
 def replay_rows(samples) -> list[dict]:
     "The replay fields of data `Sample`s, in the original format that `07_replay` reads."
-    return [dict(problem_id=s.id, has_offline_trajectory=s.has_offline, offline_output=s.offline_output) for s in samples]
+    return [dict(problem_id=s.id, has_offline_trajectory=s.has_offline, offline_output=s.offline_output,
+                 offline_logprobs=s.offline_logprobs) for s in samples]
 
 def offline_groups(samples, tokenizer, max_new_tokens: int) -> list[list[Trajectory]]:
-    "Phase 4 inputs: each sample's offline trajectories, tokenised with end-of-turn and cut to the budget (`07_replay`)."
-    return [[offline_trajectory(t, tokenizer, max_new_tokens, sample_id=r["problem_id"]) for t in offline_texts(r)]
-            for r in replay_rows(samples)]
+    "Phase 4 inputs: each sample's offline trajectories, tokenised with end-of-turn, cut to the budget, with stored behaviour log-probs (`07_replay`)."
+    return [offline_trajectories(r, tokenizer, max_new_tokens, sample_id=r["problem_id"]) for r in replay_rows(samples)]
 
 def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[list[dict]], Any]:
     "Phase 5: route every completion of every group to its problem type's scorer (`04_rewards`); rewards set in place."
@@ -327,10 +334,10 @@ def rollout_gap(trainer_logp, mb: MicroBatch) -> torch.Tensor:
 
 def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
                 temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, count_mean=None,
-                agg: str = "token_mean", **step_kw) -> dict:
+                agg: str = "token_mean", mask_truncated: bool = False, **step_kw) -> dict:
     "Phase 7: old / reference log-probs when needed, then `updates` optimizer steps of `grpo_step` over micro-batches."
     dev = prompts[0].input_ids.device  # the model's device (`load_prompts` put the prompts there)
-    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id).items()} for g in groups]  # ids, mask (G, T), is_offline (G,), behaviour_logp
+    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id, mask_truncated).items()} for g in groups]  # ids, mask (G, T), is_offline (G,), behaviour_logp
     sizes = [len(g) for g in groups]
     advs = list(torch.as_tensor(adv, dtype=torch.float32, device=dev).split(sizes))  # per group (G,)
     mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], advs, micro_batch_size,
@@ -350,6 +357,7 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
     stats, n_total = {}, global_n_total(mbs, agg, count_mean)
     for _ in range(updates):
         stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg, n_total=n_total, **step_kw)
+    stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
     d = torch.cat(gaps) if gaps else torch.zeros(0)
     if d.numel(): stats.update(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()))
     return stats
@@ -493,30 +501,76 @@ def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: 
     return "\n".join(rows)
 
 # %% ../nbs/10_train.ipynb #cb6c1002
-def collect_groups(engine, batch, rprompts, offline, sampling, cfg: TrainConfig, step: int, rank: int, timings: dict):
-    "Phases 3-6 of a GRPO step: rollout, offline mixing, rewards and advantages; returns (groups, adv, log row)."
+@dataclass
+class Draw:
+    "One draw of a GRPO step's prompts: samples, model inputs and scored groups (phases 1-5)."
+    samples: list  # data `Sample`s
+    prompts: list  # their `SampleInputs` (05_data)
+    groups: list  # list[list[Trajectory]], rewards set
+    online: list  # the online members of each group (before mixing)
+    scores: list  # per group, per member: the router's scores
+    stats: Any  # the router's statistics
+
+def draw_groups(engine, batch, prompts, rprompts, offline, sampling, cfg: TrainConfig, step: int, rank: int, timings: dict,
+                draw: int = 0) -> Draw:
+    "Phases 3-5 for one draw: rollout, offline mixing, rewards (with DAPO's overlong penalty when set)."
     plans = plan_groups(replay_rows(batch), cfg.group_size, None if cfg.offline_mode == "none" else cfg.offline_mode,
                         cfg.offline_per_group, cfg.offline_threshold if cfg.offline_threshold >= 0 else None)
     t0 = time.time()
-    comps = rollout_groups(engine, rprompts, [p.n_online for p in plans],
-                           dataclasses.replace(sampling, seed=step_seed(cfg.seed, step, rank, 2) % 2**31))  # phase 3
+    seed = step_seed(cfg.seed, step, rank, 2 + 10 * draw) % 2**31  # draw 0 keeps the seed of a run without extra draws
+    comps = rollout_groups(engine, rprompts, [p.n_online for p in plans], dataclasses.replace(sampling, seed=seed))  # phase 3
     online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g] for g in comps]
-    timings["rollout"] = time.time() - t0; t0 = time.time()
+    timings["rollout"] = timings.get("rollout", 0.0) + time.time() - t0; t0 = time.time()
     online_scores, _ = score_groups(batch, online, cfg.strict_format)                   # phase 5, online members
     groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
     scores, stats = score_groups(batch, groups, cfg.strict_format)                      # phase 5
+    if cfg.overlong_buffer:
+        flat = [t for g in groups for t in g]
+        pen = overlong_penalty([len(t.ids) for t in flat], cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)  # (N,)
+        for t, x in zip(flat, pen.tolist()): t.reward += x
+    timings["reward"] = timings.get("reward", 0.0) + time.time() - t0
+    return Draw(batch, prompts, groups, online, scores, stats)
+
+# %% ../nbs/10_train.ipynb #a1dd5208
+def extra_prompts(n_samples: int, step: int, draw: int, k: int, seed: int) -> list[int]:
+    "Indices of the prompts of an extra draw of a step (dynamic sampling): a pure function of (seed, step, draw)."
+    return [int(i) for i in np.random.default_rng([seed, step, draw]).choice(n_samples, size=min(k, n_samples), replace=False)]
+
+def collect_groups(draw, n_groups: int, dynamic: bool = False, max_extra_draws: int = 3, rank_min=None) -> tuple[Draw, Draw, dict]:
+    "Phases 1-5 with optional dynamic sampling; returns the first draw (unbiased, for the log), the trained batch, and draw counts."
+    first = draw(0)
+    if not dynamic: return first, first, {}
+    kept, spare, counts = [], [], dict(groups_drawn=0, groups_kept=0, groups_dropped=0, extra_draws=0)
+    for d in range(1 + max_extra_draws):
+        cur = first if d == 0 else draw(d)
+        items = list(zip(cur.samples, cur.prompts, cur.groups, cur.online, cur.scores))
+        signal = group_has_signal([t.reward for g in cur.groups for t in g], group_ids=[i for i, g in enumerate(cur.groups) for _ in g])
+        kept, c = fill_groups(kept, items, signal, n_groups)
+        spare = [it for it, s in zip(items, signal.tolist()) if not s]
+        counts.update(groups_drawn=counts["groups_drawn"] + c["drawn"], groups_kept=counts["groups_kept"] + c["kept"],
+                      groups_dropped=counts["groups_dropped"] + c["dropped"], extra_draws=d)
+        if (len(kept) if rank_min is None else rank_min(len(kept))) >= n_groups: break
+    kept += spare[:n_groups - len(kept)]  # the cap was reached: zero-variance groups keep the work equal over ranks
+    return first, Draw(*[list(x) for x in zip(*kept)], stats=first.stats), counts
+
+# %% ../nbs/10_train.ipynb #89197a6a
+def grpo_advantages(groups, method: str, stats_reduce=None):
+    "Phase 6: group-normalised advantages of the trained groups (`06_grpo`); batch statistics all-rank through `stats_reduce`."
     rewards = [t.reward for g in groups for t in g]
-    adv, n_zero = group_advantages(rewards, group_ids=[i for i, g in enumerate(groups) for _ in g], method=cfg.adv_method)  # phase 6
-    timings["reward"] = time.time() - t0
-    on = [s for g, sc in zip(groups, scores) for t, s in zip(g, sc) if not t.is_offline]
-    sampled = [x for g in online for t in g for x in t.logp or []]
-    row = dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
-               format=float(np.mean([s["format"] for s in on])), groups=len(groups), zero_var_groups=n_zero,
-               response_len=float(np.mean([len(t.ids) for g in online for t in g])),
-               sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # mean NLL of sampled tokens estimates entropy
-               **{f"acc/{k}": v for k, v in stats.mean_accuracy.items()}, scorer_errors=sum(stats.errors.values()),
-               **replay_metrics([t for g in groups for t in g], adv))
-    return groups, adv, row
+    return group_advantages(rewards, group_ids=[i for i, g in enumerate(groups) for _ in g], method=method, stats_reduce=stats_reduce)
+
+def grpo_row(first: Draw, batch: Draw, adv, n_zero: int, counts: dict) -> dict:
+    "The step's log row: rewards and accuracy of the first (unbiased) draw, signal and replay counts of the trained batch."
+    rewards = [t.reward for g in first.groups for t in g]
+    on = [s for g, sc in zip(first.groups, first.scores) for t, s in zip(g, sc) if not t.is_offline]
+    online = [t for g in first.online for t in g]
+    sampled = [x for t in online for x in t.logp or []]
+    return dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
+                format=float(np.mean([s["format"] for s in on])), groups=len(batch.groups), zero_var_groups=n_zero,
+                response_len=float(np.mean([len(t.ids) for t in online])), truncated=float(np.mean([t.truncated for t in online])),
+                sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # mean NLL of sampled tokens estimates entropy
+                **{f"acc/{k}": v for k, v in first.stats.mean_accuracy.items()}, scorer_errors=sum(first.stats.errors.values()),
+                **replay_metrics([t for g in batch.groups for t in g], adv), **counts)
 
 # %% ../nbs/10_train.ipynb #2f9b46b3
 def all_reduce_grads(params, world_size: int):
@@ -659,6 +713,8 @@ def train(cfg: TrainConfig) -> dict:
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
     family = model_family(model)
     processor = qwen_processor(family if size else fam)
+    check_loss_config(cfg.loss_method, cfg.loss_agg, cfg.max_new_tokens)  # settings that cannot run fail now, naming the key
+    check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
     if cfg.gradient_checkpointing: model.gradient_checkpointing_enable()
@@ -668,7 +724,14 @@ def train(cfg: TrainConfig) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))  # stepped once a step on every rank: one schedule for any world size
     policy = model  # the plain model: gradients are averaged by all_reduce_grads, checkpoints written by the main process
     reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 else None
-    count_mean = (lambda n: float(acc.reduce(torch.tensor([n], dtype=torch.float64, device=acc.device), "mean")[0])) if world > 1 else None  # global denominators
+    def all_reduce(x, op: str):  # over ranks, in float64
+        import torch.distributed as dist
+        t = torch.as_tensor(x, dtype=torch.float64, device=acc.device).clone()
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        return t.cpu()
+    count_mean = (lambda n: float(all_reduce([n], "SUM")[0]) / world) if world > 1 else None  # global denominators
+    rank_min = (lambda n: int(all_reduce([n], "MIN")[0])) if world > 1 else None  # dynamic sampling stops on every rank together
+    stats_reduce = (lambda s: all_reduce(s, "SUM")) if world > 1 else None  # batch-normalised advantages: global statistics
     engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
     tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
@@ -713,21 +776,28 @@ def train(cfg: TrainConfig) -> dict:
         n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
         batch = [pool[i] for i in shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)]  # phase 1
         prompts, rprompts = load_prompts(batch, processor, vc, ic, cache, acc.device); t["load"] = time.time() - t0     # phase 2
-        offline = offline_groups(batch, tok, cfg.max_new_tokens)
-        if sft: groups, adv, row = None, None, dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
-        else: groups, adv, row = collect_groups(engine, batch, rprompts, offline, sampling, cfg, step, rank, t)  # phases 3-6
+        def draw(d):  # phases 1-5 of the d-th draw of this step's prompts (d > 0 only with dynamic sampling)
+            b = batch if d == 0 else [pool[i] for i in shard(extra_prompts(len(pool), step, d, n_prompts, cfg.seed), rank, world)]
+            p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, acc.device)
+            return draw_groups(engine, b, p, rp, offline_groups(b, tok, cfg.max_new_tokens), sampling, cfg, step, rank, t, d)
+        if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
+        else:
+            first, trained, counts = collect_groups(draw, len(batch), cfg.dynamic_sampling, cfg.max_extra_draws, rank_min)  # phases 3-5
+            adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, stats_reduce)  # phase 6
+            row = grpo_row(first, trained, adv, n_zero, counts)
         t0 = time.time()
         step_kw = dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
-                       agg=cfg.loss_agg, reduce_grads=reduce, count_mean=count_mean)
+                       agg=cfg.loss_agg, max_len=cfg.max_new_tokens, dual_clip=cfg.dual_clip or None, reduce_grads=reduce,
+                       count_mean=count_mean)
         signal = None if sft else row["groups"] - row["zero_var_groups"]  # groups whose rewards differ: the only source of gradient
         if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
-        if sft: st = sft_update(model, prompts, [g[0] for g in offline], processor, optimizer, cfg.micro_batch_size,
+        if sft: st = sft_update(model, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
                                 answer_only=step < cfg.sft_answer_steps, **step_kw)
         elif signal == 0: st = dict(no_signal=1)  # every group agrees: no gradient, and momentum alone must not move the policy
-        else: st = dict(grpo_update(model, prompts, groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size, pad_id=pad_id,
-                                    shared_prefix=cfg.shared_prefix, temperature=cfg.temperature, updates=cfg.updates_per_batch,
-                                    offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind, **step_kw),
-                        no_signal=0)  # phase 7
+        else: st = dict(grpo_update(model, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
+                                    pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,
+                                    updates=cfg.updates_per_batch, offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta,
+                                    kl_kind=cfg.kl_kind, mask_truncated=cfg.mask_truncated, **step_kw), no_signal=0)  # phase 7
         scheduler.step(); t["update"] = time.time() - t0
         t0 = time.time(); sync_engine(engine, policy); t["sync"] = time.time() - t0                              # phase 8
         row.update(step=step, lr=scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},

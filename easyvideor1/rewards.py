@@ -579,19 +579,23 @@ def as_frame_boxes(x, strings: bool = False,  # accept numbers written as string
     return out
 
 # %% ../nbs/04_rewards.ipynb #66c5135f
-_JSON_SPAN_RE = re.compile(r"[\[{].*[\]}]", re.S)
+def _json_span(text: str) -> str | None:
+    "From the first `[` or `{` to the last `]` or `}` (what a regex `[\\[{].*[\\]}]` finds, in linear time on any text)."
+    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
+    end = max(text.rfind("]"), text.rfind("}"))
+    return text[min(starts):end + 1] if starts and end > min(starts) else None
 
 
 @lru_cache(maxsize=4096)
 def load_json(text: str) -> Any:
     "JSON (or a Python literal) in `text`, tolerating surrounding prose and fences; None if none."
     try: return json.loads(text)
-    except ValueError: pass
-    m = _JSON_SPAN_RE.search(text)
-    if m is None: return None
-    try: return json.loads(m.group(0))
-    except ValueError: pass
-    try: return ast.literal_eval(m.group(0))
+    except (ValueError, RecursionError): pass  # a response may nest brackets thousands deep
+    span = _json_span(text)
+    if span is None: return None
+    try: return json.loads(span)
+    except (ValueError, RecursionError): pass
+    try: return ast.literal_eval(span)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return None
 
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_evaluate.ipynb #a1a49bd1
 from __future__ import annotations
-import ast, csv, hashlib, json, math, os, queue, re, sys, threading, time
+import ast, csv, hashlib, json, math, os, queue, re, sys, threading, time, warnings
 import torch
 from collections import defaultdict
 from dataclasses import dataclass, field, asdict
@@ -14,13 +14,14 @@ from typing import Any, Callable, Iterable
 # %% auto #0
 __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'AnnotationError', 'parse_solution', 'parse_options',
            'Benchmark', 'register', 'read_training_format', 'accuracy_metrics', 'vsi_metrics', 'charades_metrics',
-           'stvg_metrics', 'ovo_metrics', 'summarize_rows', 'read_records', 'recognise', 'load_benchmark', 'to_sample',
-           'item_prompt', 'score_response', 'oracle_response', 'oracle_check', 'result_fields', 'ManifestMismatch',
+           'stvg_metrics', 'ovo_metrics', 'summarize_rows', 'read_rows', 'read_records', 'recognise',
+           'AnnotationWarning', 'LoadReport', 'load_annotations', 'load_benchmark', 'to_sample', 'item_prompt',
+           'score_response', 'oracle_response', 'oracle_check', 'oracle_scores', 'result_fields', 'ManifestMismatch',
            'manifest_diff', 'read_results', 'ResultsFile', 'file_digest', 'weights_digest', 'package_versions',
            'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'run_pipeline', 'OracleEngine',
-           'chat_text', 'HFEvalEngine', 'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'merge_results',
-           'summary_rows', 'markdown_table', 'bar_chart', 'report', 'folder_family', 'contracts_for', 'load_hf_engine',
-           'main']
+           'chat_text', 'HFEvalEngine', 'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows',
+           'merge_results', 'summary_rows', 'markdown_table', 'bar_chart', 'report', 'folder_family', 'contracts_for',
+           'load_hf_engine', 'main']
 
 # %% ../nbs/11_evaluate.ipynb #979b69c1
 @dataclass
@@ -31,14 +32,14 @@ class EvalItem:
     problem_type: str  # the reward router's problem type
     question: str
     answer: str  # ground truth as the reward router takes it (no <answer> tags)
-    options: list[str] = field(default_factory=list)  # "A. text" lines, in the annotation's order
+    options: list[str] = field(default_factory=list)  # "A. text" lines in letter order, each read by its own letter
     video: str | None = None  # video path as written in the annotation
     image: str | None = None  # extra image path (Video-MMMU with image)
     category: str | None = None  # per-category breakdown key
     task: str | None = None  # OVO-Bench task (macro averages)
     start: float | None = None  # video window start, seconds (MVBench clips of longer videos)
     end: float | None = None  # video window end, seconds
-    source: str = ""  # "file.json#index", for error messages
+    source: str = ""  # "file.json:line" where the record starts, for error messages
 
     @property
     def uid(self): return f"{self.benchmark}/{self.item_id}"
@@ -50,31 +51,54 @@ class EvalItem:
 
 # %% ../nbs/11_evaluate.ipynb #3499b1b4
 class AnnotationError(ValueError):
-    "An annotation record that cannot be read, naming its file, index and field."
+    "An annotation record that cannot be read, naming its file, line and field."
 
 _ANSWER_RE = re.compile(r"<answer>(.*)</answer>", re.S)
 _THINK_RE = re.compile(r"<think>(.*)</think>", re.S)
+_LOOSE_ANSWER_RE = re.compile(r"<\s*answer\s*>(.*?)(?:<\s*/\s*answer\s*>|\Z)", re.S | re.I)
 _OPTION_RE = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s*(.*)$", re.S)
 
-def parse_solution(solution: str, where: str = "") -> str:
-    "The ground truth inside `<answer>` (or Charades-STA's `<think>`) tags."
-    if not isinstance(solution, str): raise AnnotationError(f"{where}: field 'solution' is {solution!r}, expected a string")
+def _kind(x) -> str: return "null" if x is None else type(x).__name__
+
+def _need_str(x, name: str, where: str) -> str:
+    if not isinstance(x, str): raise AnnotationError(f"{where}: field {name!r} is {_kind(x)} {str(x)[:60]!r}, expected a string")
+    return x
+
+def parse_solution(solution: str, where: str = "",
+                   strict: bool = False,  # refuse a solution without complete <answer> / <think> tags
+                   ) -> str:
+    "The ground truth inside `<answer>` (or Charades-STA's `<think>`) tags; an unclosed tag's content or a tagless text as written."
+    _need_str(solution, "solution", where)
     if m := _ANSWER_RE.search(solution): return m.group(1).strip()
     if m := _THINK_RE.search(solution): return m.group(1).strip()
-    raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag: {solution[:80]!r}")
+    if strict: raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag: {solution[:80]!r}")
+    m = _LOOSE_ANSWER_RE.search(solution)
+    answer = (m.group(1) if m else solution).strip()
+    if not answer: raise AnnotationError(f"{where}: field 'solution' is empty: {solution[:80]!r}")
+    return answer
 
-def parse_options(options, where: str = "") -> list[tuple[str, str]]:
-    "`[(letter, text), ...]` from `'A. text'` / `'A: text'` option strings (or a repr of such a list)."
+def parse_options(options, where: str = "",
+                  strict: bool = False,  # refuse repeated letters (even an option written twice) and unlabelled options
+                  ) -> list[tuple[str, str]]:
+    "`[(letter, text), ...]` in letter order from `'A. text'` / `'A: text'` / `'(A) text'` strings in any order (or a repr of such a list)."
     if options is None: return []
-    if isinstance(options, str): options = ast.literal_eval(options)
-    out = []
-    for o in options:
-        m = _OPTION_RE.match(str(o))
-        if not m: raise AnnotationError(f"{where}: option {o!r} does not start with a letter and '.' or ':'")
-        out.append((m.group(1), m.group(2).strip()))
-    letters = [l for l, _ in out]
-    if len(set(letters)) != len(letters): raise AnnotationError(f"{where}: repeated option letters {letters}")
-    return out
+    if isinstance(options, str):
+        try: options = ast.literal_eval(options)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise AnnotationError(f"{where}: field 'options' is a string that holds no list: {options[:80]!r}") from None
+    if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+        raise AnnotationError(f"{where}: field 'options' must be a list of strings, got {_kind(options)} {str(options)[:80]!r}")
+    ms = [_OPTION_RE.match(o) for o in options]
+    if options and not any(ms) and not strict and len(options) <= 26:
+        labelled = [(chr(65 + i), o.strip()) for i, o in enumerate(options)]  # no labels at all: A, B, C... in order, as training does
+    elif not all(ms): raise AnnotationError(f"{where}: option {options[ms.index(None)][:80]!r} does not start with a letter and '.', ':' or ')'")
+    else: labelled = [(m.group(1), m.group(2).strip()) for m in ms]
+    by_letter = {}
+    for letter, text in labelled:
+        if strict and letter in by_letter: raise AnnotationError(f"{where}: repeated option letters {[l for l, _ in labelled]}")
+        if by_letter.setdefault(letter, text) != text:
+            raise AnnotationError(f"{where}: option letter {letter!r} has two texts, {by_letter[letter][:60]!r} and {text[:60]!r}")
+    return sorted(by_letter.items())
 
 # %% ../nbs/11_evaluate.ipynb #0a7522ef
 def _norm(s: str) -> str: return re.sub(r"[^a-z0-9]", "", s.lower())
@@ -92,31 +116,54 @@ class Benchmark:
     metrics: str = "accuracy"  # name in METRICS
     bare_solution: bool = False  # the solution is the answer itself, without tags (Video-MMLU captions)
 
-    read: Callable[[Benchmark, dict, str], EvalItem] | None = None  # custom record reader (other formats)
+    read: Callable[[Benchmark, dict, str, bool], EvalItem] | None = None  # custom record reader (other formats): (bench, record, where, strict)
 
-    def item(self, rec: dict, where: str) -> EvalItem:
-        "Read one annotation record."
-        if self.read is not None: return self.read(self, rec, where)
+    def item(self, rec: dict, where: str, strict: bool = False) -> EvalItem:
+        "Read one annotation record (`strict`: refuse tagless solutions and repeated option letters)."
+        if self.read is not None: return self.read(self, rec, where, strict)
+        if not isinstance(rec, dict): raise AnnotationError(f"{where}: the record is {_kind(rec)}, expected an object")
         for k in ("problem_id", "problem_type"):
             if k not in rec: raise AnnotationError(f"{where}: missing field {k!r}")
-        pt = str(rec["problem_type"])
+        pt = _need_str(rec["problem_type"], "problem_type", where)
         pt = self.ptype.get(pt, pt)
         sol = rec.get("solution", rec.get("answer"))
-        answer = str(sol).strip() if self.bare_solution else parse_solution(sol, where)
-        opts = parse_options(rec.get("options"), where)
+        answer = _need_str(sol, "solution", where).strip() if self.bare_solution else parse_solution(sol, where, strict)
+        opts = parse_options(rec.get("options"), where, strict)
         if pt == "multiple choice" and not opts: raise AnnotationError(f"{where}: multiple-choice item without options")
         if pt == "multiple choice" and answer not in {l for l, _ in opts}:
-            raise AnnotationError(f"{where}: answer {answer!r} is not one of the option letters {[l for l, _ in opts]}")
-        if pt == "temporal grounding": answer = json.dumps({"time": json.loads(answer)["time"]})
-        return EvalItem(self.name, str(rec["problem_id"]), pt, str(rec.get("problem") or rec.get("question") or ""),
-                        answer, [f"{l}. {t}" for l, t in opts], video=rec.get("path"), image=rec.get("image_path"),
-                        category=self.category(rec), task=self.task(rec), source=where, **_window(rec))
+            raise AnnotationError(f"{where}: answer {answer[:40]!r} is not one of the option letters {[l for l, _ in opts]}")
+        if pt == "temporal grounding": answer = _time_only(answer, where)
+        return EvalItem(self.name, _item_id(rec["problem_id"], where), pt, _need_str(rec.get("problem") or rec.get("question") or "", "problem", where),
+                        answer, [f"{l}. {t}" for l, t in opts], video=_opt_str(rec, "path", where), image=_opt_str(rec, "image_path", where),
+                        category=_key(self.category(rec), "category", where), task=_key(self.task(rec), "task", where), source=where,
+                        **_window(rec, where))
 
-def _window(rec: dict) -> dict:
-    "A record's `start` / `end` seconds when it gives both (MVBench)."
+def _opt_str(rec: dict, name: str, where: str) -> str | None:
+    return None if rec.get(name) is None else _need_str(rec[name], name, where)
+
+def _item_id(x, where: str) -> str:
+    if isinstance(x, bool) or not isinstance(x, (str, int)) or not str(x).strip():
+        raise AnnotationError(f"{where}: field 'problem_id' is {_kind(x)} {str(x)[:60]!r}, expected a non-empty string or an integer")
+    return str(x)
+
+def _key(x, name: str, where: str) -> str | None:
+    "A category / task key: a string (numbers written as one), or None."
+    if x is None or isinstance(x, str): return x
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x): return str(x)
+    raise AnnotationError(f"{where}: {name} is {_kind(x)} {str(x)[:60]!r}, expected a string")
+
+def _time_only(answer: str, where: str) -> str:
+    "A temporal-grounding answer as `{\"time\": [s, e]}` alone."
+    try: return json.dumps({"time": json.loads(answer)["time"]})
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
+        raise AnnotationError(f"{where}: temporal-grounding solution {answer[:80]!r} is not JSON with a 'time' field ({type(e).__name__})") from None
+
+def _window(rec: dict, where: str) -> dict:
+    "A record's `start` / `end` seconds when it gives both (MVBench); NaN or infinite ones are an error."
     s, e = rec.get("start"), rec.get("end")
-    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (s, e))
-    return {"start": float(s), "end": float(e)} if ok else {}
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (s, e)): return {}
+    if not (math.isfinite(s) and math.isfinite(e)): raise AnnotationError(f"{where}: video window start={s!r}, end={e!r} is not finite")
+    return {"start": float(s), "end": float(e)}
 
 BENCHMARKS: dict[str, Benchmark] = {}
 NOT_SUPPORTED: dict[str, str] = {}
@@ -162,18 +209,30 @@ for _b in [
 ]: register(_b)
 
 # %% ../nbs/11_evaluate.ipynb #bf1a3c22
-def read_training_format(b: Benchmark, rec: dict, where: str) -> EvalItem:
+def read_training_format(b: Benchmark, rec: dict, where: str, strict: bool = False) -> EvalItem:
     "An `EvalItem` from a training-format record (`problem`, `answer`, `videos` / `images`, `options`)."
+    if not isinstance(rec, dict): raise AnnotationError(f"{where}: the record is {_kind(rec)}, expected an object")
     for k in ("problem", "answer", "problem_type"):
         if k not in rec: raise AnnotationError(f"{where}: missing field {k!r}")
-    pid = rec.get("problem_id", rec.get("id", where.rsplit("#", 1)[-1]))
-    pt, ans = str(rec["problem_type"]), str(rec["answer"])
-    ans = parse_solution(ans, where) if "<answer>" in ans else ans.strip()
-    opts = parse_options(rec.get("options") or None, where)
-    q = re.sub(r"<(video|image)>", "", str(rec["problem"])).strip()
-    vids, imgs = rec.get("videos") or [], rec.get("images") or []
-    return EvalItem(b.name, str(pid), pt, q, ans, [f"{l}. {t}" for l, t in opts], video=vids[0] if vids else None,
-                    image=imgs[0] if imgs else None, category=rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, source=where)
+    pid = _item_id(rec.get("problem_id", rec.get("id", where)), where)
+    pt, ans = _need_str(rec["problem_type"], "problem_type", where), rec["answer"]
+    if isinstance(ans, (int, float)) and not isinstance(ans, bool): ans = str(ans)  # a count written as a number
+    ans = _need_str(ans, "answer", where)
+    ans = parse_solution(ans, where, strict) if "<answer>" in ans else ans.strip()
+    opts = parse_options(rec.get("options") or None, where, strict)
+    if pt == "multiple choice" and opts and ans not in {l for l, _ in opts}:
+        raise AnnotationError(f"{where}: answer {ans[:40]!r} is not one of the option letters {[l for l, _ in opts]}")
+    q = re.sub(r"<(video|image)>", "", _need_str(rec["problem"], "problem", where)).strip()
+    vids, imgs = _str_list(rec, "videos", where), _str_list(rec, "images", where)
+    return EvalItem(b.name, pid, pt, q, ans, [f"{l}. {t}" for l, t in opts], video=vids[0] if vids else None,
+                    image=imgs[0] if imgs else None, source=where,
+                    category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, "category", where))
+
+def _str_list(rec: dict, name: str, where: str) -> list[str]:
+    v = rec.get(name) or []
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise AnnotationError(f"{where}: field {name!r} must be a list of paths, got {_kind(v)} {str(v)[:60]!r}")
+    return v
 
 def _synthetic_task(rec: dict) -> str | None:
     ds = str(rec.get("data_source") or "")
@@ -240,41 +299,133 @@ def summarize_rows(bench: Benchmark, rows: list[dict]) -> dict:
             "failed": sum(bool(r.get("error")) for r in rows), **METRICS[bench.metrics](rows)}
 
 # %% ../nbs/11_evaluate.ipynb #27c87e81
-def read_records(path) -> list[dict]:
-    "The records of a JSON list or JSONL annotation file."
+def read_rows(path, skipped: list | None = None) -> list[tuple[int, Any]]:
+    "`(line, record)` of a JSON-list or JSONL file; a JSONL line that is not JSON goes to `skipped` (or raises without it)."
+    from easyvideor1.data import DataError, iter_rows
     path = Path(path)
-    text = path.read_text()
-    if path.suffix == ".jsonl": return [json.loads(l) for l in text.splitlines() if l.strip()]
-    data = json.loads(text)
-    if not isinstance(data, list): raise AnnotationError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
-    return data
+    data = path.read_bytes()
+    try: text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise AnnotationError(f"{path.name}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if path.suffix != ".jsonl" and not text.lstrip().startswith("["):
+        try: obj = json.loads(text)
+        except json.JSONDecodeError as e: raise AnnotationError(f"{path.name}:{e.lineno}: invalid JSON: {e.msg}") from None
+        raise AnnotationError(f"{path.name}: expected a JSON list of records, got {_kind(obj)}")
+    try: return list(iter_rows(path, skipped))
+    except DataError as e: raise AnnotationError(str(e)) from None
+    except RecursionError: raise AnnotationError(f"{path.name}: JSON nested too deeply to read") from None
 
-def recognise(path, records: list[dict] | None = None) -> Benchmark:
+def read_records(path) -> list:
+    "The records of a JSON list or JSONL annotation file."
+    return [r for _, r in read_rows(path)]
+
+def recognise(path, records: list | None = None) -> Benchmark:
     "The registered benchmark an annotation file belongs to, by file name or content."
     path = Path(path)
     hits = [b for b in BENCHMARKS.values() if _norm(path.stem) in b.files]
     if len(hits) == 1: return hits[0]
-    records = read_records(path) if records is None else records
+    records = [r for r in (read_records(path) if records is None else records) if isinstance(r, dict)]
     if not records: raise AnnotationError(f"{path}: no records")
     ds = records[0].get("data_source")
-    hits = [b for b in BENCHMARKS.values() if ds in b.sources or (b.recognise is not None and b.recognise(records))]
+    hits = [b for b in BENCHMARKS.values() if (isinstance(ds, str) and ds in b.sources) or (b.recognise is not None and b.recognise(records))]
     if len(hits) != 1:
         raise AnnotationError(f"{path}: recognised as {[b.name for b in hits] or 'no registered benchmark'} "
-                              f"(data_source={ds!r}); pass the benchmark name. Registered: {sorted(BENCHMARKS)}; "
+                              f"(data_source={str(ds)[:80]!r}); pass the benchmark name. Registered: {sorted(BENCHMARKS)}; "
                               f"not supported: {NOT_SUPPORTED}")
     return hits[0]
 
-def load_benchmark(path, name: str | None = None) -> tuple[Benchmark, list[EvalItem]]:
-    "Read an annotation file into its benchmark and `EvalItem`s (ids checked unique)."
+# %% ../nbs/11_evaluate.ipynb #cf9d469b
+class AnnotationWarning(UserWarning):
+    "Rows of an annotation file were skipped or renamed (its `LoadReport` lists them)."
+
+@dataclass
+class LoadReport:
+    "What loading one annotation file did: every record loaded or skipped (with file:line and why), repeated ids renamed."
+    file: str  # the annotation file's name
+    benchmark: str = ""
+    rows: int = 0  # records in the file (JSONL lines that are not JSON included)
+    loaded: int = 0  # items evaluated
+    skipped: list[dict] = field(default_factory=list)  # {"where": "file:line", "reason": ...}
+    renamed: list[dict] = field(default_factory=list)  # {"where": "file:line", "from": id, "to": new id}
+
+    def counts(self) -> dict:
+        "`{'rows', 'loaded', 'skipped', 'renamed'}`: rows == loaded + skipped."
+        return {"rows": self.rows, "loaded": self.loaded, "skipped": len(self.skipped), "renamed": len(self.renamed)}
+
+    def write(self, path):
+        "Save as JSON (atomically), beside a run's results."
+        _atomic_write(Path(path), json.dumps(asdict(self), indent=1))
+
+    def _repr_markdown_(self):
+        out = [f"**{self.file}** ({self.benchmark}): {self.rows} rows, {self.loaded} loaded, {len(self.skipped)} skipped, "
+               f"{len(self.renamed)} renamed", "", "| where | what |", "|---|---|"]
+        out += [f"| {s['where']} | skipped: {s['reason'][:120]} |" for s in self.skipped[:20]]
+        out += [f"| {r['where']} | renamed `{r['from']}` -> `{r['to']}` |" for r in self.renamed[:20]]
+        return "\n".join(out)
+
+# %% ../nbs/11_evaluate.ipynb #48f73852
+def _check_item(it: EvalItem):
+    "Raise `AnnotationError` unless the item's scorer exists, its ground truth parses and its prompt builds."
+    from easyvideor1.rewards import UnknownProblemType, extract_ground_truth, get_scorer
+    try:
+        get_scorer(it.problem_type).parse_gt(extract_ground_truth(it.answer))
+        item_prompt(it)
+    except (UnknownProblemType, ValueError, TypeError) as e:
+        raise AnnotationError(f"{it.source}: {str(e).removeprefix(it.source + ': ')[:300]}") from None
+
+def _rename_repeats(items: list[EvalItem], rep: LoadReport, strict: bool):
+    "Give each repeated id a stable new one, `<id>#2`, `<id>#3`... in file order (never an id the file already uses)."
+    taken, first, count = {it.item_id for it in items}, {}, {}
+    for it in items:
+        iid = it.item_id
+        if iid not in first: first[iid], count[iid] = it.source, 1; continue
+        if strict: raise AnnotationError(f"{it.source}: problem_id {iid!r} repeats {first[iid]}")
+        k = count[iid] + 1
+        while f"{iid}#{k}" in taken: k += 1
+        count[iid], it.item_id = k, f"{iid}#{k}"
+        taken.add(it.item_id)
+        rep.renamed.append({"where": it.source, "from": iid, "to": it.item_id, "first": first[iid]})
+
+# %% ../nbs/11_evaluate.ipynb #c8df0af6
+def load_annotations(path, name: str | None = None,
+                     strict: bool = False,  # refuse the file at its first defect (the loader before issue 17)
+                     ) -> tuple[Benchmark, list[EvalItem], LoadReport]:
+    "Read an annotation file into its benchmark, its usable `EvalItem`s (unique ids) and the `LoadReport` of the rest."
     path = Path(path)
     if name in NOT_SUPPORTED: raise AnnotationError(f"{name} is not supported yet: {NOT_SUPPORTED[name]}")
-    records = read_records(path)
-    bench = BENCHMARKS[name] if name else recognise(path, records)
-    items = [bench.item(r, f"{path.name}#{i}") for i, r in enumerate(records)]
-    seen = {}
-    for it in items:
-        if it.item_id in seen: raise AnnotationError(f"{it.source}: problem_id {it.item_id!r} repeats {seen[it.item_id]}")
-        seen[it.item_id] = it.source
+    if name is not None and name not in BENCHMARKS: raise AnnotationError(f"unknown benchmark {name!r}; registered: {sorted(BENCHMARKS)}")
+    bad_json = None if strict else []
+    rows = read_rows(path, bad_json)
+    bench = BENCHMARKS[name] if name else recognise(path, [r for _, r in rows])
+    rep = LoadReport(path.name, bench.name, rows=len(rows) + len(bad_json or []))
+    rep.skipped += [dict(zip(("where", "reason"), s.split(": ", 1))) for s in bad_json or []]
+    items = []
+    for line, rec in rows:
+        where = f"{path.name}:{line}"
+        try:
+            it = bench.item(rec, where, strict)
+            _check_item(it)
+        except AnnotationError as e:
+            if strict: raise
+            rep.skipped.append({"where": where, "reason": str(e).removeprefix(where + ": ")}); continue
+        items.append(it)
+    _rename_repeats(items, rep, strict)
+    rep.loaded = len(items)
+    if not items: raise AnnotationError(f"{path.name}: none of its {rep.rows} rows can be used" + (f"; first: {rep.skipped[0]}" if rep.skipped else ""))
+    if rep.renamed:
+        r = rep.renamed[0]
+        warnings.warn(f"{path.name}: {len(rep.renamed)} repeated problem_id(s) renamed to '<id>#2', ... "
+                      f"(first: {r['where']} {r['from']!r} -> {r['to']!r}, first seen at {r['first']})", AnnotationWarning, stacklevel=2)
+    if rep.skipped:
+        s = rep.skipped[0]
+        warnings.warn(f"{path.name}: {len(rep.skipped)} of {rep.rows} rows skipped (first: {s['where']}: {s['reason'][:200]})",
+                      AnnotationWarning, stacklevel=2)
+    return bench, items, rep
+
+def load_benchmark(path, name: str | None = None, strict: bool = False) -> tuple[Benchmark, list[EvalItem]]:
+    "Read an annotation file into its benchmark and usable `EvalItem`s (see `load_annotations`)."
+    bench, items, _ = load_annotations(path, name, strict)
     return bench, items
 
 # %% ../nbs/11_evaluate.ipynb #721fe479
@@ -317,9 +468,12 @@ def _flatten(d: dict, prefix="") -> dict:
         elif isinstance(v, float): out[f"{prefix}{k}"] = v
     return out
 
-def oracle_check(annotation_file, name: str | None = None) -> dict[str, float]:
+def oracle_check(annotation_file, name: str | None = None, strict: bool = False) -> dict[str, float]:
     "Score the ground truth of every item of `annotation_file` as the response: `{metric_name: score}`."
-    bench, items = load_benchmark(annotation_file, name)
+    return oracle_scores(*load_benchmark(annotation_file, name, strict))
+
+def oracle_scores(bench: Benchmark, items: list[EvalItem]) -> dict[str, float]:
+    "`oracle_check` on items already loaded."
     rows = []
     for it in items:
         prompt = item_prompt(it)
@@ -678,15 +832,21 @@ class VLLMAsyncEngine:
 def evaluate_file(annotation_file, engine, out_dir, load_media: Callable[[EvalItem], Media], manifest: dict, *,
                   name: str | None = None,  # benchmark name, when the file is not recognised by name or content
                   max_items: int | None = None,  # evaluate only the first items (smoke runs)
+                  strict: bool = False,  # refuse a file with unusable rows or repeated ids instead of skipping / renaming
                   **pipeline_kw) -> dict:
-    "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming) and return its summary."
-    bench, items = load_benchmark(annotation_file, name)
+    "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming) and return its summary with the load counts."
+    bench, items, load = load_annotations(annotation_file, name, strict)
     items = items[:max_items]
-    m = {**manifest, "benchmark": bench.name, "annotation_digest": file_digest([annotation_file])}
-    with ResultsFile(Path(out_dir) / f"{Path(annotation_file).stem}.jsonl", m) as rf:
+    m = {**manifest, "benchmark": bench.name, "annotation_digest": file_digest([annotation_file]), "annotation_load": load.counts()}
+    out = Path(out_dir) / f"{Path(annotation_file).stem}.jsonl"
+    with ResultsFile(out, m) as rf:
+        load.write(out.with_suffix(".load.json"))  # the skipped-rows report
         rows = run_pipeline(items, engine, rf, load_media, **pipeline_kw)
     ids = {it.item_id for it in items}
-    return summarize_rows(bench, [r for r in rows if r["id"] in ids])
+    return {**summarize_rows(bench, [r for r in rows if r["id"] in ids]), **_load_counts(load.counts())}
+
+def _load_counts(c: dict | None) -> dict:
+    return {} if c is None else {"loaded": c["loaded"], "skipped": c["skipped"], "renamed": c["renamed"]}
 
 # %% ../nbs/11_evaluate.ipynb #2f0c9b7c
 def summarize_run(run_dir) -> list[dict]:
@@ -696,8 +856,14 @@ def summarize_run(run_dir) -> list[dict]:
         mp = p.with_suffix(".manifest.json")
         if not mp.exists(): raise FileNotFoundError(f"{p}: results without a manifest ({mp.name})")
         man = json.loads(mp.read_text())
-        out.append({"run": Path(run_dir).name, "file": p.stem, **summarize_rows(BENCHMARKS[man["benchmark"]], read_results(p))})
+        out.append({"run": Path(run_dir).name, "file": p.stem, **summarize_rows(BENCHMARKS[man["benchmark"]], read_results(p)),
+                    **_load_counts(man.get("annotation_load"))})
     return out
+
+def skipped_rows(run_dir) -> list[dict]:
+    "Every skipped row of a run folder's load reports: `{'run', 'file', 'where', 'reason'}`."
+    return [{"run": Path(run_dir).name, "file": p.name.removesuffix(".load.json"), **s}
+            for p in sorted(Path(run_dir).glob("*.load.json")) for s in json.loads(p.read_text())["skipped"]]
 
 def merge_results(paths: list, out_path) -> Path:
     "Merge results files of one benchmark (e.g. shards) made under the same manifest; ids must not clash."
@@ -719,7 +885,8 @@ def summary_rows(summaries: list[dict]) -> list[dict]:
     "Long-format rows (run, benchmark, category, metric, value, n, failed) of run summaries."
     rows = []
     for s in summaries:
-        base = dict(run=s["run"], benchmark=s["benchmark"], file=s["file"], n=s["n"], failed=s["failed"])
+        base = dict(run=s["run"], benchmark=s["benchmark"], file=s["file"], n=s["n"], failed=s["failed"],
+                    **{k: s.get(k) for k in ("loaded", "skipped", "renamed")})
         for k, v in s.items():
             if isinstance(v, float): rows.append({**base, "category": "", "metric": k, "value": v})
         for group in ("categories", "tasks"):
@@ -735,6 +902,9 @@ def markdown_table(summaries: list[dict]) -> str:
         head = (*key, f"**{s['benchmark']}** ({s['file']}) {s['headline']}")
         cell[(head, s["run"])] = _pct(s[s["headline"]]) + (f" ({s['failed']} failed)" if s["failed"] else "")
         lines = [head] + [(*key, f"&nbsp;&nbsp;{k}") for k, v in s.items() if isinstance(v, float) and k != s["headline"]]
+        if "loaded" in s:
+            lines.append((*key, "&nbsp;&nbsp;rows loaded / skipped / renamed"))
+            cell[(lines[-1], s["run"])] = f"{s['loaded']} / {s['skipped']} / {s['renamed']}"
         for k, v in s.items():
             if isinstance(v, float) and k != s["headline"]: cell[((*key, f"&nbsp;&nbsp;{k}"), s["run"])] = _pct(v)
         for group in ("categories", "tasks"):
@@ -768,10 +938,13 @@ def report(run_dirs: list, out_dir) -> dict:
     "Write `summary.md`, `summary.csv` and `scores.png` comparing the runs; return their paths."
     summaries = [s for d in run_dirs for s in summarize_run(d)]
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text(markdown_table(summaries) + "\n")
+    skipped = [s for d in run_dirs for s in skipped_rows(d)]
+    notes = ["", "## Skipped annotation rows", "", "| run | file | where | reason |", "|---|---|---|---|"] if skipped else []
+    notes += [f"| {s['run']} | {s['file']} | {s['where']} | {s['reason'][:200].replace('|', '/')} |" for s in skipped]
+    (out / "summary.md").write_text(markdown_table(summaries) + "\n" + "".join(l + "\n" for l in notes))
     rows = summary_rows(summaries)
     with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["run", "benchmark", "file", "category", "metric", "value", "n", "failed"])
+        w = csv.DictWriter(f, fieldnames=["run", "benchmark", "file", "category", "metric", "value", "n", "failed", "loaded", "skipped", "renamed"])
         w.writeheader(); w.writerows(rows)
     bar_chart(summaries, out / "scores.png")
     return {"md": out / "summary.md", "csv": out / "summary.csv", "png": out / "scores.png"}
@@ -805,6 +978,7 @@ def _parser():
     r.add_argument("--out", required=True, help="run folder: one results file + manifest per annotation file")
     r.add_argument("--engine", default="hf", choices=["hf", "vllm", "oracle"], help="generation engine")
     r.add_argument("--name", help="benchmark name, when a file is not recognised")
+    r.add_argument("--strict", action="store_true", help="refuse a file with unusable rows or repeated ids (default: skip / rename and report them)")
     r.add_argument("--video-root", help="folder the annotations' media paths start from (default: the annotation file's folder)")
     r.add_argument("--cache", help="frame cache folder (default: decode every time)")
     r.add_argument("--max-items", type=int, help="only the first N items of each file")
@@ -829,6 +1003,7 @@ def _parser():
     g.add_argument("runs", nargs="+"); g.add_argument("--out", required=True)
     o = sub.add_parser("oracle", help="score each file's ground truth as the response (must be 100%%)")
     o.add_argument("files", nargs="+")
+    o.add_argument("--strict", action="store_true", help="refuse a file with unusable rows or repeated ids")
     sub.add_parser("list", help="registered and unsupported benchmarks")
     return p
 
@@ -848,7 +1023,9 @@ def main(argv=None):
         for n, b in BENCHMARKS.items(): print(f"{n:22s} files={','.join(b.files)} metrics={b.metrics}")
         for n, why in NOT_SUPPORTED.items(): print(f"{n:22s} NOT SUPPORTED: {why}")
     elif a.cmd == "oracle":
-        for f in a.files: print(json.dumps({"file": f, **oracle_check(f)}))
+        for f in a.files:
+            bench, items, load = load_annotations(f, strict=a.strict)
+            print(json.dumps({"file": f, **oracle_scores(bench, items), **load.counts()}))
     elif a.cmd == "report":
         print(json.dumps({k: str(v) for k, v in report(a.runs, a.out).items()}))
     else:
@@ -864,7 +1041,7 @@ def main(argv=None):
         try:
             for f in a.bench:
                 loader = MediaLoader(Path(a.video_root or Path(f).parent), vc, ic, cache)
-                s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items, n_loaders=a.loaders,
+                s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items, strict=a.strict, n_loaders=a.loaders,
                                   queue_size=a.queue_size, batch_size=a.batch_size, max_inflight=a.max_inflight,
                                   timeout=a.timeout, progress=not a.no_progress)
                 print(json.dumps(s), flush=True)

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, ManifestMismatch, item_prompt, load_benchmark, main,
-                                  oracle_check, read_results, recognise)
+from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, AnnotationWarning, ManifestMismatch, item_prompt,
+                                  load_annotations, load_benchmark, main, oracle_check, oracle_scores, read_results, read_rows, recognise)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(os.environ.get("EASYVIDEOR1_BENCHMARKS", ROOT.parent / "shared" / "benchmarks"))
 FILES = sorted(BENCH_DIR.glob("*.json"))
+DEFECTS = ROOT / "tests" / "fixtures" / "benchmarks_defects"  # our own rows with the real files' defects
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
@@ -20,7 +21,8 @@ def test_shared_benchmarks_present():
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_oracle_scores_100_percent(path):
-    scores = oracle_check(path)
+    assert load_annotations(path)[2].counts() == {"rows": 24, "loaded": 24, "skipped": 0, "renamed": 0}  # the samples are clean
+    scores = oracle_check(path, strict=True)
     assert scores, f"{path.name}: no metrics"
     assert {k: v for k, v in scores.items() if v != 1.0} == {}, f"{path.name}: ground truth does not score 100%"
 
@@ -49,13 +51,86 @@ def test_prompts_name_the_real_option_letters():
         if it.options: assert f"({', '.join(o[0] for o in sorted(it.options)[:-1])} or {sorted(it.options)[-1][0]})" in item_prompt(it)
 
 
-def test_broken_annotation_names_the_record(tmp_path):
+def test_broken_annotation_is_skipped_naming_file_and_line(tmp_path):
     recs = json.loads((BENCH_DIR / "lvbench.json").read_text())
     recs[3]["solution"] = "<answer>Z</answer>"
     bad = tmp_path / "lvbench.json"
-    bad.write_text(json.dumps(recs))
-    with pytest.raises(AnnotationError, match=r"lvbench.json#3.*'Z'"):
-        load_benchmark(bad)
+    bad.write_text(json.dumps(recs, indent=2))
+    line = read_rows(bad)[3][0]
+    with pytest.warns(AnnotationWarning, match="1 of 24 rows skipped"):
+        _, items, rep = load_annotations(bad)
+    assert len(items) == 23 and rep.skipped == [{"where": f"lvbench.json:{line}", "reason": "answer 'Z' is not one of the option letters ['A', 'B', 'C', 'D']"}]
+    with pytest.raises(AnnotationError, match=rf"lvbench.json:{line}: answer 'Z'"):
+        load_benchmark(bad, strict=True)
+
+
+EXPECTED = {"livesports3k_qa": {"rows": 6, "loaded": 6, "skipped": 0, "renamed": 2},
+            "longvideoreason": {"rows": 8, "loaded": 5, "skipped": 3, "renamed": 0},
+            "videomathqa": {"rows": 6, "loaded": 5, "skipped": 1, "renamed": 1}}
+
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED))
+def test_defective_files_load_with_counts_and_one_warning_per_defect(stem):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bench, items, rep = load_annotations(DEFECTS / f"{stem}.json")
+    assert rep.counts() == EXPECTED[stem]
+    kinds = [str(w.message).split(": ", 1)[1].split(" (")[0] for w in caught if issubclass(w.category, AnnotationWarning)]
+    assert len(kinds) == (rep.counts()["skipped"] > 0) + (rep.counts()["renamed"] > 0), kinds
+    if rep.renamed: assert any(f"{len(rep.renamed)} repeated problem_id" in k for k in kinds)
+    assert len({it.item_id for it in items}) == len(items)
+    lines = {f"{stem}.json:{line}" for line, _ in read_rows(DEFECTS / f"{stem}.json")}
+    assert {s["where"] for s in rep.skipped} <= lines and all(s["reason"] for s in rep.skipped)
+    assert {it.source for it in items} | {s["where"] for s in rep.skipped} == lines  # every row loaded or skipped
+    assert {k: v for k, v in oracle_scores(bench, items).items() if v != 1.0} == {}
+    with pytest.raises(AnnotationError, match=rf"{stem}.json:\d+: "):
+        load_annotations(DEFECTS / f"{stem}.json", strict=True)  # today's refusal, for those who want it
+
+
+def test_defects_are_read_the_way_they_were_meant():
+    _, items, rep = load_annotations(DEFECTS / "longvideoreason.json")
+    by = {it.item_id: it for it in items}
+    assert by["431"].options[0] == "A. Observing fish in an aquarium (0:03:00-0:03:10)" and by["431"].answer == "D"  # shuffled
+    assert by["431"].options[3] == "D. Playing in an arcade (0:04:50-0:05:00)"
+    assert len(by["502"].options) == 4  # seven entries, each option written twice over
+    assert (by["504"].answer, by["505"].answer) == ("B", "C")  # tagless and unclosed solutions
+    assert "(A, B, C or D)" in item_prompt(by["431"])
+    reasons = [s["reason"] for s in rep.skipped]
+    assert "option letter 'B' has two texts" in reasons[0] and reasons[1] == "missing field 'problem_type'" and "astrology" in reasons[2]
+    _, items, rep = load_annotations(DEFECTS / "livesports3k_qa.json")
+    assert [it.item_id for it in items][:4] == ["zQ9xT2kLmNa_e2_q1", "zQ9xT2kLmNa_e2_q1#2", "zQ9xT2kLmNa_e3_q1", "zQ9xT2kLmNa_e2_q1#3"]
+    assert rep.renamed[0] == {"where": "livesports3k_qa.json:18", "from": "zQ9xT2kLmNa_e2_q1", "to": "zQ9xT2kLmNa_e2_q1#2",
+                              "first": "livesports3k_qa.json:2"}
+
+
+def test_renamed_ids_never_collide_with_ids_in_the_file(tmp_path):
+    rec = json.loads((DEFECTS / "livesports3k_qa.json").read_text())[0]
+    f = tmp_path / "livesports3k_qa.jsonl"
+    f.write_text("".join(json.dumps({**rec, "problem_id": i}) + "\n" for i in ["x", "x", "x#2", "x"]))
+    ids = [it.item_id for it in load_benchmark(f)[1]]
+    assert ids == ["x", "x#3", "x#2", "x#4"] and ids == [it.item_id for it in load_benchmark(f)[1]]  # stable
+
+
+def test_manifest_load_report_and_summary_show_the_counts(tmp_path, capsys):
+    run = tmp_path / "run"
+    main(["run", "--engine", "oracle", "--bench", str(DEFECTS / "longvideoreason.json"), "--out", str(run), "--no-progress"])
+    s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (s["n"], s["loaded"], s["skipped"], s["renamed"]) == (5, 5, 3, 0)
+    assert json.loads((run / "longvideoreason.manifest.json").read_text())["annotation_load"] == EXPECTED["longvideoreason"]
+    load = json.loads((run / "longvideoreason.load.json").read_text())
+    assert [x["where"] for x in load["skipped"]] == ["longvideoreason.json:35", "longvideoreason.json:80", "longvideoreason.json:94"]
+    main(["report", str(run), "--out", str(tmp_path / "report")])
+    md = (tmp_path / "report" / "summary.md").read_text()
+    assert "| &nbsp;&nbsp;rows loaded / skipped / renamed | 5 / 3 / 0 |" in md
+    assert "| run | longvideoreason | longvideoreason.json:80 | missing field 'problem_type' |" in md
+    csv = (tmp_path / "report" / "summary.csv").read_text().splitlines()
+    assert csv[0].endswith("n,failed,loaded,skipped,renamed") and csv[1].endswith(",5,5,5,3,0")
+    with pytest.raises(AnnotationError, match=r"longvideoreason.json:17: repeated option letters \[.A., .B., .C., .B., .A., .D., .D.\]"):
+        main(["run", "--engine", "oracle", "--strict", "--bench", str(DEFECTS / "longvideoreason.json"), "--out", str(tmp_path / "r2"), "--no-progress"])
+    main(["oracle", str(DEFECTS / "videomathqa.json")])
+    o = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (o["accuracy"], o["loaded"], o["skipped"], o["renamed"]) == (1.0, 5, 1, 1)
 
 
 def test_missing_videos_are_failures_in_the_denominator(tmp_path, capsys):

@@ -110,3 +110,44 @@ def test_math_worker_death_is_reported_then_replaced():
         assert v("1/2", "0.5") is True and v._proc.pid != first  # restarted after restart_every checks
     finally:
         v.close()
+
+
+PAPER_BUGS = [  # PAPER.md's list of the original's bugs (and issue 17's), each must stay fixed
+    ("multiple choice", "B", "<answer>It is a rainy scene, so B</answer>", 1.0),  # the article 'a' read as option A
+    ("multiple choice", "B", "<answer>I think B</answer>", 1.0),  # read as 'I'
+    ("numerical", "100", "<answer>one hundred</answer>", 1.0),  # read as 101
+    ("numerical", "1000", "<answer>1e3</answer>", 1.0),  # read as 1
+    ("regression", "11.4", "<answer>11</answer>", 1.0),  # exact match in one path
+    ("tracking", '{"boxes": {"0": [0, 0, 10, 10], "1": [5, 0, 15, 10]}}', '<answer>{"boxes": {"0": [0, 0, 10, 10]}}</answer>', 0.5),
+    ("spatial-temporal grounding", '{"time": [1, 3], "boxes": {"1": [0, 0, 4, 4], "2": [0, 0, 4, 4]}}',
+     '<answer>{"time": [1, 3], "boxes": {"1": [0, 0, 4, 4]}}</answer>', 0.75),  # boxes averaged over predicted frames only
+    ("open-ended", "enteric", "<answer>Enteric</answer>", 1.0),  # capped at 0.667 by ROUGE-2
+    ("open-ended", "红色的汽车", "<answer>红色的汽车</answer>", 1.0),  # non-ASCII scored 0
+    ("multiple choice", "B", "B", 1.0),  # issue 17: tagless responses are judged whole
+    ("multiple choice", "B", "<think>so B</think>", 1.0),  # a think-only response: its content
+    ("boolean", "yes", "<answer>Yes", 1.0), ("boolean", "yes", "< answer >Yes< / answer >", 1.0),  # unclosed, spaced tags
+    ("numerical", "3.14", "<answer>3.14159</answer>", 1.0), ("numerical", "4.0", "<answer>4.005</answer>", 1.0),
+    ("numerical", "3", "<answer>3.4</answer>", 0.0),  # an integer ground truth asks for the integer
+    ("temporal grounding", '{"time": [10, 20]}', '<answer>{"time": ["10", "20"]}</answer>', 1.0),
+    ("open-ended", "A cat jumps onto the table.", "<answer>cats jumping on tables</answer>", (0.6 + 0.25 + 0.6) / 3),
+]
+
+
+@pytest.mark.parametrize("ptype,gt,resp,want", PAPER_BUGS)
+def test_known_bugs_stay_fixed(ptype, gt, resp, want):
+    assert compute_score(resp, gt, ptype)["accuracy"] == pytest.approx(want, abs=1e-9)
+
+
+def test_trainer_reward_under_strict_format():
+    "The trainer's call: well-formed answers unchanged; tagless ones format 0 (accuracy from the text, or 0 with lenient=False)."
+    texts = ["<answer>B</answer>", "<think>x</think><answer>C</answer>", "B", "<answer>B", "no idea"]
+    scores, _ = compute_scores(texts, ["B"] * 5, ["multiple choice"] * 5, [{"options": ["A. x", "B. y", "C. z"]}] * 5, strict_format=True)
+    assert [(s["accuracy"], s["format"]) for s in scores] == [(1.0, 1.0), (0.0, 1.0), (1.0, 0.0), (1.0, 0.5), (0.0, 0.0)]
+    old, _ = compute_scores(texts, ["B"] * 5, ["multiple choice"] * 5, strict_format=True, lenient=False)
+    assert [s["overall"] for s in old] == pytest.approx([1.0, 0.1, 0.0, 0.0, 0.0])
+
+
+def test_an_exception_is_counted_never_a_silent_zero():
+    with pytest.warns(Warning, match="holds no number"):
+        scores, stats = compute_scores(["no tag at all"], ["unknown"], ["numerical"])  # even without an answer tag
+    assert stats.errors == {"numerical": 1} and stats.error_indices == [0]

@@ -287,7 +287,7 @@ def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[lis
     flat = [(s, t) for s, g in zip(samples, groups) for t in g]
     scores, stats = compute_scores([t.text for _, t in flat], [s.answer for s, _ in flat], [s.problem_type for s, _ in flat],
                                    [dict(options=s.options, problem_id=s.id, data_type=s.data_type) for s, _ in flat],
-                                   strict_format=strict_format)
+                                   strict_format=strict_format, lenient=False)  # RL: no accuracy without the answer tag
     for (_, t), sc in zip(flat, scores): t.reward = sc["overall"]
     out, k = [], 0
     for g in groups: out.append(scores[k:k + len(g)]); k += len(g)

@@ -2,6 +2,7 @@
 import json, os, subprocess, sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from easyvideor1.train import load_config, read_jsonl, train
@@ -100,3 +101,79 @@ def test_synthetic_suite_follows_its_config(tmp_path):
     assert train_file.stat().st_mtime_ns == stamp  # same config: not regenerated
     prepare_data(replace(cfg, synthetic_offline_tasks=""), True, lambda: None)
     assert all(r["has_offline_trajectory"] for r in read_jsonl(train_file))
+
+
+# Every GRPO path a config can select, through the real trainer (tiny model, 2-3 GRPO steps each).
+VARIANTS = {
+    "dapo": dict(dynamic_sampling=True, max_extra_draws=1, mask_truncated=True, overlong_buffer=4, dual_clip=3.0,
+                 adv_method="reinforce_pp", beta=0.05, kl_kind="k3"),
+    "gspo": dict(loss_method="gspo", loss_agg="seq_mean_token_mean", reset_optimizer=False),
+    "dr_grpo": dict(adv_method="dr_grpo", loss_agg="seq_mean_token_sum_norm", loss_method="cispo"),
+}
+
+
+def _suite_link(src: Path, dst: Path):
+    dst.mkdir(parents=True)
+    os.symlink(src / "suite", dst / "suite")
+
+
+@pytest.fixture(scope="module")
+def tiny_suite(tmp_path_factory):
+    "One tiny synthetic suite (and frame cache) shared by the variant runs."
+    root = tmp_path_factory.mktemp("variants")
+    train(load_config(overrides=dict(TINY, output_dir=str(root / "seed"), max_steps=0)))
+    return root / "seed"
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_grpo_variant_runs_and_logs(tiny_suite, tmp_path, name):
+    "Each variant trains through the trainer; DAPO's counts, the KL to the hand-over reference and the truncation mask are logged."
+    out = tmp_path / name
+    _suite_link(tiny_suite, out)
+    train(load_config(overrides=dict(TINY, **VARIANTS[name], output_dir=str(out), max_steps=3, max_new_tokens=6)))
+    grpo = [m for m in read_jsonl(out / "metrics.jsonl") if m["phase"] == "grpo"]
+    assert len(grpo) == 3 and all(np.isfinite(m["reward"]) for m in grpo)
+    if name == "dapo":
+        assert all(m["groups_drawn"] >= m["groups"] and "extra_draws" in m for m in grpo)
+        assert all("masked_truncated" in m for m in grpo if not m["no_signal"])
+        assert (out / "reference" / "config.json").exists()  # frozen where the warm start handed over
+
+
+def test_resume_after_the_hand_over_with_a_reference(tiny_suite, tmp_path):
+    "beta > 0 and dynamic sampling: a run stopped after the hand-over resumes exactly (the reference comes back from disk)."
+    cfg = dict(TINY, **VARIANTS["dapo"], max_new_tokens=6)
+    full, part = tmp_path / "full", tmp_path / "part"
+    _suite_link(tiny_suite, full); _suite_link(tiny_suite, part)
+    train(load_config(overrides=dict(cfg, output_dir=str(full), max_steps=3)))
+    train(load_config(overrides=dict(cfg, output_dir=str(part), max_steps=2)))
+    train(load_config(overrides=dict(cfg, output_dir=str(part), max_steps=3, resume=True)))
+    a, b = read_jsonl(full / "metrics.jsonl"), read_jsonl(part / "metrics.jsonl")
+    assert [m["step"] for m in a] == [m["step"] for m in b]
+    for x, y in zip(a, b):
+        for k in (*KEYS, "kl", "groups_drawn"):
+            if k in x: assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-6), (x["step"], k)
+    assert (full / "params_rank0.sha256").read_text() == (part / "params_rank0.sha256").read_text()
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_machines_on_one_host(tmp_path):
+    "accelerate launch --num_machines 2 --machine_rank 0|1 on loopback, one CPU process each: identical parameters after training."
+    out, port = tmp_path / "nodes", _free_port()
+    args = [f"{k}={v}" for k, v in dict(TINY, output_dir=str(out), max_steps=2).items()]
+    def node(rank):
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "2", "--num_processes", "2",
+               "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "easyvideor1.train", *args]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(_env(), ACCELERATE_USE_CPU="true"))
+    procs = [node(0), node(1)]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(l[-3000:] for l in logs)
+    assert (out / "params_rank0.sha256").read_text() == (out / "params_rank1.sha256").read_text()
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 2]

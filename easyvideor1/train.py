@@ -35,8 +35,9 @@ __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_d
            'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn',
            'sft_update', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves',
            'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
-           'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'start_grpo',
-           'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
+           'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
+           'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train',
+           'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -109,7 +110,7 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
     lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
-    reset_optimizer: bool = True  # GRPO starts with fresh AdamW moments (the warm start's would move the policy with no reward)
+    reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
     max_steps: int = 60  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
@@ -640,9 +641,14 @@ def frozen_copy(model):
     "A frozen copy of the policy (the reference of the KL term)."
     return copy.deepcopy(model).eval().requires_grad_(False)
 
+def reset_momentum(optimizer):
+    "Zero AdamW's first moments, keep the second: no push from the past, and per-parameter step sizes that stay calibrated."
+    for st in optimizer.state.values():
+        if "exp_avg" in st: st["exp_avg"].zero_()
+
 def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_main: bool = True, wait=lambda: None):
-    "The hand-over from warm start to GRPO: fresh optimizer moments; with beta > 0 the reference frozen here (and saved for resume)."
-    if reset: optimizer.state.clear()  # AdamW re-creates its moments (and step count) at the next step
+    "The hand-over from warm start to GRPO: momentum reset; with beta > 0 the reference frozen here (and saved for resume)."
+    if reset: reset_momentum(optimizer)
     if beta <= 0: return None
     if is_main:
         tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
@@ -769,7 +775,7 @@ def train(cfg: TrainConfig) -> dict:
         torch.manual_seed(step_seed(cfg.seed, step, rank)); random.seed(step_seed(cfg.seed, step, rank, 1))
         t = {}; t0 = time.time()
         sft = step < cfg.sft_steps
-        if step == cfg.sft_steps: ref_model = start_grpo(optimizer, policy, cfg.reset_optimizer, cfg.beta, out / "reference", main, wait)
+        if step == cfg.sft_steps: ref_model = start_grpo(optimizer, policy, cfg.reset_momentum, cfg.beta, out / "reference", main, wait)
         if not sft and t_grpo is None: t_grpo = time.time()
         pool = [s for s in samples if s.has_offline] if sft else samples
         if sft and not pool: raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")

@@ -107,7 +107,7 @@ def test_synthetic_suite_follows_its_config(tmp_path):
 VARIANTS = {
     "dapo": dict(dynamic_sampling=True, max_extra_draws=1, mask_truncated=True, overlong_buffer=4, dual_clip=3.0,
                  adv_method="reinforce_pp", beta=0.05, kl_kind="k3"),
-    "gspo": dict(loss_method="gspo", loss_agg="seq_mean_token_mean", reset_optimizer=False),
+    "gspo": dict(loss_method="gspo", loss_agg="seq_mean_token_mean", reset_momentum=False),
     "dr_grpo": dict(adv_method="dr_grpo", loss_agg="seq_mean_token_sum_norm", loss_method="cispo"),
 }
 
@@ -177,3 +177,19 @@ def test_two_machines_on_one_host(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], "\n".join(l[-3000:] for l in logs)
     assert (out / "params_rank0.sha256").read_text() == (out / "params_rank1.sha256").read_text()
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("preset", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
+def test_every_preset_runs_shrunk(preset, tiny_suite, tmp_path):
+    "Each preset with only the model, media, batch and budget shrunk (and the HF engine: vLLM lives in its own venv) trains a warm-start and a GRPO step."
+    cfg = load_config(ROOT / "configs" / preset)
+    fam = cfg.model.split(":")[0] if ":" in cfg.model else "qwen2_5_vl"
+    out = tmp_path / preset
+    _suite_link(tiny_suite, out)
+    shrunk = dict(model=f"{fam}:tiny", video_max_frames=4, video_min_pixels=3136, video_max_pixels=12544, image_min_pixels=3136,
+                  image_max_pixels=12544, prompts_per_step=2, group_size=2, max_new_tokens=8, sft_steps=1, sft_batch_size=2,
+                  max_steps=1, eval_n=2, eval_every=0, save_every=0, engine="hf", output_dir=str(out), tensorboard=False,
+                  data="", eval_data="", **{k: TINY[k] for k in ("synthetic_n", "synthetic_test_n", "synthetic_val_n")})
+    from dataclasses import asdict
+    train(load_config(overrides={**asdict(cfg), **shrunk}))
+    assert [m["phase"] for m in read_jsonl(out / "metrics.jsonl")] == ["sft", "grpo"]

@@ -170,33 +170,32 @@ def validate_rows(source,  # a data file (JSON array or JSONL, training or bench
         p = Problem(where, reason, sid)
         if strict: raise ValidationError(str(p))
         problems.append(p)
+    def check(s: Sample):
+        check_sample(s, max_prompt_chars, max_prompt_tokens, tokenizer)
+        for kind, paths in (("video", s.videos), ("image", s.images)) if probe else ():
+            for p in paths:
+                if p not in probed:  # one probe per file, however many rows use it
+                    try: probe_media(p, kind, max_source_pixels, timeout); probed[p] = None
+                    except InvalidRow as e: probed[p] = str(e)
+                if probed[p]: raise InvalidRow(probed[p])
+        samples.append(s)
     if isinstance(source, (str, Path)):
         path = Path(source)
-        root = Path(media_root) if media_root is not None else path.parent
-        skipped = []  # invalid JSON lines (JSONL); a broken JSON array raises `DataError` with its line
-        try: rows = [(f"{path.name}:{line}", row) for line, row in iter_rows(path, None if strict else skipped)]
-        except DataError as e:
+        root, label, skipped = Path(media_root) if media_root is not None else path.parent, str(path), []
+        try: rows = list(iter_rows(path, None if strict else skipped))  # invalid JSON lines (JSONL) are collected
+        except DataError as e:  # a broken JSON array (or strict): nothing after it can be read
             if strict: raise ValidationError(str(e)) from None
             raise
         for s in skipped: w, r = s.split(": ", 1); fail(w, r)
-        cand = []
-        for where, row in rows:
-            try: check_row(row, where); cand.append(_parse_row(row, where, root))
-            except ValueError as e: fail(where, str(e).removeprefix(f"{where}: "))
-        label = str(path)
-    else: cand, label = list(source), "<samples>"
-    for s in cand:
-        try:
-            check_sample(s, max_prompt_chars, max_prompt_tokens, tokenizer)
-            if probe:
-                for kind, paths in (("video", s.videos), ("image", s.images)):
-                    for p in paths:
-                        if p not in probed:
-                            try: probe_media(p, kind, max_source_pixels, timeout); probed[p] = None
-                            except InvalidRow as e: probed[p] = str(e)
-                        if probed[p]: raise InvalidRow(probed[p])
-        except InvalidRow as e: fail(s.where, str(e), s.id); continue
-        samples.append(s)
+        for line, row in rows:
+            where, s = f"{path.name}:{line}", None
+            try: check_row(row, where); s = _parse_row(row, where, root); check(s)
+            except ValueError as e: fail(where, str(e).removeprefix(f"{where}: "), s.id if s else "")
+    else:
+        label = "<samples>"
+        for s in source:
+            try: check(s)
+            except InvalidRow as e: fail(s.where, str(e), s.id)
     problems.sort(key=lambda p: (p.where.rsplit(':', 1)[0], int(p.where.rsplit(':', 1)[1]) if p.where.rsplit(':', 1)[-1].isdigit() else 0))
     return Validation(samples, problems, label)
 

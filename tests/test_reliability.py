@@ -235,3 +235,80 @@ def test_code_scorer_takes_the_rows_tests():
     from easyvideor1.evaluate import score_response
     it = EvalItem("Synthetic", "c0", "code", "Write f.", gt, tests=["assert f(2) == 4"])
     assert score_response(it, wrong)["accuracy"] == 0.0 and score_response(it, right)["accuracy"] == 1.0
+
+
+# 4. preprocess: a huge or corrupt image is a recorded failure, never the end of the run
+@pytest.mark.parametrize("workers", [0, 1])
+def test_preprocess_records_decompression_bomb(tmp_path, monkeypatch, workers):
+    from PIL import Image
+    from easyvideor1.preprocess import MediaItem, preprocess
+    from easyvideor1.video import VideoContract, ImageContract
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # a 100x100 image is then a bomb (> 2x the limit); forked workers inherit it
+    Image.new("RGB", (100, 100)).save(tmp_path / "bomb.png")
+    Image.new("RGB", (20, 20)).save(tmp_path / "ok.png")
+    (tmp_path / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(200))
+    items = [MediaItem(str(tmp_path / n), "image", source=f"t.jsonl:{i}") for i, n in enumerate(["bomb.png", "ok.png", "corrupt.png"], 1)]
+    rep = preprocess(items, tmp_path / "cache", VideoContract.for_family("qwen2_5_vl"), ImageContract.for_family("qwen2_5_vl"),
+                     workers=workers, progress=False)
+    assert (rep.stored, rep.failed) == (1, 2)
+    fails = {Path(f["path"]).name: f for f in map(json.loads, (tmp_path / "cache" / "failures.jsonl").read_text().splitlines())}
+    assert fails["bomb.png"]["error_type"] == "DecompressionBombError" and "bomb.png" in fails["bomb.png"]["error"]
+    assert set(fails) == {"bomb.png", "corrupt.png"}
+
+
+# 5. one clip window for every tool: preprocess, the trainer's loader and the evaluator hit the same cache entries
+def test_one_window_field_one_cache_entry(tmp_path):
+    from easyvideor1.cache import FrameCache
+    from easyvideor1.data import read_samples, load_media
+    from easyvideor1.evaluate import MediaLoader, load_benchmark
+    from easyvideor1.preprocess import main as preprocess_main
+    from easyvideor1.synthetic import make_suite
+    from easyvideor1.video import VideoContract, ImageContract
+    suite = make_suite(tmp_path / "suite", n_per_task=1, n_test=0, tasks=["direction"], seed=0)
+    row = json.loads((suite / "train.jsonl").read_text().splitlines()[0])
+    rows = [dict(row, problem_id="a", video_start=0.5, video_end=1.5),  # qwen-vl-utils' spelling
+            dict(row, problem_id="b", start=0.5, end=1.5),  # MVBench's
+            dict(row, problem_id="c", video_start=0, video_end=1),  # ints: the same window as 0.0 / 1.0
+            dict(row, problem_id="d", start=0.0, end=1.0),
+            dict(row, problem_id="e")]  # the whole clip
+    data = suite / "windows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cache_dir = tmp_path / "cache"
+    assert preprocess_main([str(data), "--cache-dir", str(cache_dir), "--min-pixels", str(4 * 28**2), "--workers", "0", "--no-progress"]) == 0
+    keys = lambda: sorted(p.stem for p in (cache_dir / "entries").rglob("*.json") if not p.name.startswith(".tmp."))
+    made = keys()
+    assert len(made) == 3, made  # (clip, 0.5-1.5), (clip, 0-1), (clip) -- 8 entries for 4 before, or the whole clip trained on
+    vc, ic = VideoContract.for_family("qwen2_5_vl", min_pixels=4 * 28**2), ImageContract.for_family("qwen2_5_vl")
+    cache = FrameCache(cache_dir)
+    for s in read_samples(data): load_media(s, vc, ic, cache)
+    _, items = load_benchmark(data)
+    loader = MediaLoader(suite, vc, ic, cache)
+    for it in items: loader(it)
+    assert (cache.stats.hits, cache.stats.misses) == (10, 0) and keys() == made
+    assert [(it.start, it.end) for it in items] == [(0.5, 1.5), (0.5, 1.5), (0.0, 1.0), (0.0, 1.0), (None, None)]
+
+
+# 6. validate: the trainer-side probes are refused up front with file:line and reason (skipped by default, strict refuses)
+def test_validate_rows_refuses_the_issues_rows(tmp_path):
+    from easyvideor1.synthetic import make_suite
+    from easyvideor1.validate import validate_rows, ValidationError
+    suite = make_suite(tmp_path / "suite", n_per_task=2, n_test=0, tasks=["direction"], seed=0)
+    rows = [json.loads(l) for l in (suite / "train.jsonl").read_text().splitlines()]
+    vid = suite / rows[0]["videos"][0]
+    (suite / "cut.mp4").write_bytes(vid.read_bytes()[: vid.stat().st_size // 2])
+    mc = dict(rows[0], problem_type="multiple choice", answer="A", options=["A. left", "B. right"])
+    bad = {"truncated clip": dict(mc, videos=["cut.mp4"]), "unknown type": dict(mc, problem_type="astrology"),
+           "letter not among options": dict(mc, answer="E"), "options as a string": dict(mc, options="A. left B. right"),
+           "5 MB question": dict(mc, problem="why? " * 1_000_000), "literal <image>": dict(mc, problem="<image> which way?")}
+    data = suite / "mixed.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [mc, *bad.values()]))
+    v = validate_rows(data)
+    assert [s.where for s in v.samples] == ["mixed.jsonl:1"]
+    assert [p.where for p in v.problems] == [f"mixed.jsonl:{i}" for i in range(2, 8)], v.problems
+    reasons = dict(zip(bad, [p.reason for p in v.problems]))
+    assert "does not decode" in reasons["truncated clip"] and "astrology" in reasons["unknown type"]
+    assert "not one of the option letters" in reasons["letter not among options"] and "`options`" in reasons["options as a string"]
+    assert "max_prompt_chars" in reasons["5 MB question"] and "<image>" in reasons["literal <image>"]
+    js, md = v.write(tmp_path / "run")
+    assert len(js.read_text().splitlines()) == 6 and "mixed.jsonl:4" in md.read_text()
+    with pytest.raises(ValidationError, match=r"mixed.jsonl:2: "): validate_rows(data, strict=True)

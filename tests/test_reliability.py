@@ -85,24 +85,28 @@ def test_transient_load_timeout_retried_once(tmp_path):
     assert rows[0]["error"].startswith("VideoDecodeTimeout")
 
 
-def _suite(path, n, bad=()):
+def _suite(path, n, bad=(), empty=()):
+    "`n` multiple-choice rows; `bad` ones too long to prompt (validation fails them), `empty` ones without a question (the loader skips them)."
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"q{i}", "problem": "   " if i in bad else f"Question {i}?", "answer": "A",
+            q = "   " if i in empty else "Q" * 60_000 if i in bad else f"Question {i}?"
+            f.write(json.dumps({"id": f"q{i}", "problem": q, "answer": "A",
                                 "problem_type": "multiple choice", "data_type": "text", "videos": [], "options": ["A. yes", "B. no"]}) + "\n")
     return path
 
 
 def test_exit_status_counts_failures(tmp_path):
-    bench, out = _suite(tmp_path / "synthetic.jsonl", 4, bad={1, 2}), tmp_path / "run"
+    bench, out = _suite(tmp_path / "synthetic.jsonl", 5, bad={1, 2}, empty={3}), tmp_path / "run"
     args = [sys.executable, "-m", "easyvideor1.evaluate", "run", "--engine", "oracle", "--bench", str(bench), "--out", str(out), "--no-progress"]
     r = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr  # was 0 whatever failed
     assert "2 of 4 items failed (InvalidRow: 2)" in r.stderr, r.stderr
-    assert "synthetic.jsonl#1" in (out / "validation" / "synthetic.md").read_text()
+    assert "synthetic.jsonl:2" in (out / "validation" / "synthetic.md").read_text()  # line 2: the second row (bad counts from 0)
     s = json.loads(r.stdout.strip().splitlines()[-1])
     assert (s["n"], s["failed"], s["errors"]) == (4, 2, {"InvalidRow": 2})
+    assert (s["loaded"], s["skipped"]) == (4, 1)  # the row without a question never loads (issue 17): skipped, not failed
+    assert [x["where"] for x in json.loads((out / "synthetic.load.json").read_text())["skipped"]] == ["synthetic.jsonl:4"]
     good = _suite(tmp_path / "good" / "synthetic.jsonl", 3)
     r = subprocess.run(args[:-4] + [str(good), "--out", str(tmp_path / "run2"), "--no-progress"], env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_data.ipynb #e63aaf98
 from __future__ import annotations
-import json, re
+import json, math, re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -12,9 +12,9 @@ import torch
 from .video import ImageContract, load_video, load_image
 
 # %% auto #0
-__all__ = ['PROMPT_FAMILY', 'REASONING', 'ANSWER_FORMAT', 'DEFAULT_QUESTION', 'DataError', 'iter_rows', 'Sample',
+__all__ = ['PROMPT_FAMILY', 'REASONING', 'ANSWER_FORMAT', 'DEFAULT_QUESTION', 'WINDOW_FIELDS', 'DataError', 'iter_rows', 'Sample',
            'unwrap_solution', 'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt',
-           'build_messages', 'prompt_text', 'Media', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
+           'build_messages', 'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
            'check_placeholders', 'check_inputs', 'prompt_inputs', 'with_completion', 'Batch', 'collate', 'batch_item',
            'check_batch', 'split', 'dummy_vision_inputs', 'encode_vision', 'forward_vlm', 'DummyVisionWrapper', 'Cost',
            'sample_cost', 'balance']
@@ -276,9 +276,27 @@ class Media:
     images: list[torch.Tensor] = field(default_factory=list)  # each (C, H, W) uint8
 
 # %% ../nbs/05_data.ipynb #51a8f2d1
+WINDOW_FIELDS = (("video_start", "video_end"), ("start", "end"))  # the clip window as qwen-vl-utils writes it (canonical), and as MVBench does
+
+def clip_window(row: dict, where: str = "") -> dict:
+    "A row's clip window as `load_video` keywords (`start` / `end`, float seconds), from either spelling; {} for the whole clip."
+    found = {}
+    for s_key, e_key in WINDOW_FIELDS:
+        for k, name in ((s_key, "start"), (e_key, "end")):
+            v = row.get(k)
+            if v is None: continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)): raise ValueError(f"{where}: `{k}` must be a number of seconds, got {v!r}")
+            if not math.isfinite(v): raise ValueError(f"{where}: `{k}`={v!r} is not a finite number of seconds")
+            if name in found and found[name] != float(v): raise ValueError(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
+            found[name] = float(v)
+    if found.get("start", 0.0) < 0: raise ValueError(f"{where}: clip window starts before 0 s ({found['start']})")
+    if "start" in found and "end" in found and found["end"] <= found["start"]:
+        raise ValueError(f"{where}: clip window ends ({found['end']}) at or before its start ({found['start']})")
+    return found
+
 def _window(sample: Sample) -> dict:
-    "A benchmark's clip window (MVBench `start` / `end`, seconds) as `load_video` keywords."
-    return {k: float(sample.extra[k]) for k in ("start", "end") if isinstance(sample.extra.get(k), (int, float))}
+    "The sample's clip window (`video_start` / `video_end`, or `start` / `end`) as `load_video` keywords."
+    return clip_window(sample.extra, sample.where)
 
 class _Direct:
     "Decode without a cache, with `FrameCache.get`'s signature."

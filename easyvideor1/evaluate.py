@@ -6,7 +6,7 @@
 from __future__ import annotations
 import ast, csv, hashlib, json, math, os, queue, re, sys, threading, time, warnings
 import torch
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -18,10 +18,10 @@ __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'An
            'AnnotationWarning', 'LoadReport', 'load_annotations', 'load_benchmark', 'to_sample', 'item_prompt',
            'score_response', 'oracle_response', 'oracle_check', 'oracle_scores', 'result_fields', 'ManifestMismatch',
            'manifest_diff', 'read_results', 'ResultsFile', 'file_digest', 'weights_digest', 'package_versions',
-           'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'run_pipeline', 'OracleEngine',
-           'chat_text', 'HFEvalEngine', 'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows',
-           'merge_results', 'summary_rows', 'markdown_table', 'bar_chart', 'report', 'folder_family', 'contracts_for',
-           'load_hf_engine', 'main']
+           'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'PipelineError', 'is_transient',
+           'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'chat_text', 'HFEvalEngine',
+           'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows',
+           'markdown_table', 'bar_chart', 'report', 'folder_family', 'contracts_for', 'load_hf_engine', 'main']
 
 # %% ../nbs/11_evaluate.ipynb #979b69c1
 @dataclass
@@ -39,6 +39,7 @@ class EvalItem:
     task: str | None = None  # OVO-Bench task (macro averages)
     start: float | None = None  # video window start, seconds (MVBench clips of longer videos)
     end: float | None = None  # video window end, seconds
+    tests: list[str] = field(default_factory=list)  # code items: test snippets the response must pass (`assert f(2) == 4`)
     source: str = ""  # "file.json:line" where the record starts, for error messages
 
     @property
@@ -136,7 +137,7 @@ class Benchmark:
         return EvalItem(self.name, _item_id(rec["problem_id"], where), pt, _need_str(rec.get("problem") or rec.get("question") or "", "problem", where),
                         answer, [f"{l}. {t}" for l, t in opts], video=_opt_str(rec, "path", where), image=_opt_str(rec, "image_path", where),
                         category=_key(self.category(rec), "category", where), task=_key(self.task(rec), "task", where), source=where,
-                        **_window(rec, where))
+                        tests=_tests(rec, where), **_window(rec, where))
 
 def _opt_str(rec: dict, name: str, where: str) -> str | None:
     return None if rec.get(name) is None else _need_str(rec[name], name, where)
@@ -159,11 +160,17 @@ def _time_only(answer: str, where: str) -> str:
         raise AnnotationError(f"{where}: temporal-grounding solution {answer[:80]!r} is not JSON with a 'time' field ({type(e).__name__})") from None
 
 def _window(rec: dict, where: str) -> dict:
-    "A record's `start` / `end` seconds when it gives both (MVBench); NaN or infinite ones are an error."
-    s, e = rec.get("start"), rec.get("end")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (s, e)): return {}
-    if not (math.isfinite(s) and math.isfinite(e)): raise AnnotationError(f"{where}: video window start={s!r}, end={e!r} is not finite")
-    return {"start": float(s), "end": float(e)}
+    "A record's clip window (`video_start` / `video_end`, or MVBench's `start` / `end`) in seconds, as every tool reads it; a bad one is an error."
+    from easyvideor1.data import clip_window
+    try: return clip_window(rec, where)
+    except ValueError as e: raise AnnotationError(str(e)) from None
+
+def _tests(rec: dict, where: str) -> list[str]:
+    "A code record's `tests`, as the code scorer takes them."
+    from easyvideor1.rewards import as_tests
+    if not rec.get("tests"): return []
+    try: return as_tests(rec["tests"])
+    except ValueError as e: raise AnnotationError(f"{where}: {e}") from None
 
 BENCHMARKS: dict[str, Benchmark] = {}
 NOT_SUPPORTED: dict[str, str] = {}
@@ -226,7 +233,8 @@ def read_training_format(b: Benchmark, rec: dict, where: str, strict: bool = Fal
     vids, imgs = _str_list(rec, "videos", where), _str_list(rec, "images", where)
     return EvalItem(b.name, pid, pt, q, ans, [f"{l}. {t}" for l, t in opts], video=vids[0] if vids else None,
                     image=imgs[0] if imgs else None, source=where,
-                    category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, "category", where))
+                    category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, "category", where),
+                    tests=_tests(rec, where), **_window(rec, where))
 
 def _str_list(rec: dict, name: str, where: str) -> list[str]:
     v = rec.get(name) or []
@@ -299,6 +307,11 @@ def summarize_rows(bench: Benchmark, rows: list[dict]) -> dict:
             "failed": sum(bool(r.get("error")) for r in rows), **METRICS[bench.metrics](rows)}
 
 # %% ../nbs/11_evaluate.ipynb #27c87e81
+def _json(text: str, path, line: int = 0):
+    "`json.loads`, whose error names the file and line."
+    try: return json.loads(text)
+    except json.JSONDecodeError as e: raise AnnotationError(f"{path}:{line or e.lineno}: invalid JSON: {e.msg}") from None
+
 def read_rows(path, skipped: list | None = None) -> list[tuple[int, Any]]:
     "`(line, record)` of a JSON-list or JSONL file; a JSONL line that is not JSON goes to `skipped` (or raises without it)."
     from easyvideor1.data import DataError, iter_rows
@@ -448,6 +461,7 @@ from .rewards import compute_score
 def score_response(item: EvalItem, response: str) -> dict:
     "The reward router's scores for `response` to `item`, plus metric parts (STVG's tIoU and box mIoU)."
     kw = {"options": item.options} if item.options else {}
+    if item.tests: kw["tests"] = item.tests  # code items are judged by their tests, confined (`04_rewards`)
     s = compute_score(response, item.answer, item.problem_type, problem_id=item.uid, **kw)
     out = {"accuracy": float(s["accuracy"]), "format": float(s["format"]), "overall": float(s["overall"]), "parts": {}}
     if item.problem_type == "spatial-temporal grounding":
@@ -502,7 +516,7 @@ def read_results(path) -> list[dict]:
     rows = []
     for line in path.read_text().splitlines(keepends=True):
         if not line.endswith("\n"): break  # the write that a kill interrupted
-        rows.append(json.loads(line))
+        rows.append(_json(line, path, len(rows) + 1))
     return rows
 
 class ResultsFile:
@@ -512,7 +526,7 @@ class ResultsFile:
         self.mpath = self.path.with_suffix(".manifest.json")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.mpath.exists():
-            old = json.loads(self.mpath.read_text())
+            old = _json(self.mpath.read_text(), self.mpath)
             if d := manifest_diff(old, manifest):
                 raise ManifestMismatch(f"{self.path}: existing results were made under a different manifest; differing fields: {d}")
         else: _atomic_write(self.mpath, json.dumps(manifest, indent=1, sort_keys=True))
@@ -633,51 +647,103 @@ class MediaLoader:
 # %% ../nbs/11_evaluate.ipynb #2ab5d229
 def _error(e: BaseException) -> str: return f"{type(e).__name__}: {e}"
 
-def _loaders(items, load_media, out_q, n_loaders, timeout):
+class PipelineError(RuntimeError):
+    "A pipeline thread died or stalled; the message names the thread, the error and the items still waiting."
+
+@dataclass
+class _Crash:
+    "What a dying pipeline thread puts on its output queue, for the caller to raise."
+    thread: str
+    error: BaseException
+
+def is_transient(e: BaseException) -> bool:
+    "Worth one more try: a deadline passed or a connection dropped, not a bad input."
+    from easyvideor1.video import VideoDecodeTimeout
+    return isinstance(e, (TimeoutError, ConnectionError, VideoDecodeTimeout))
+
+def _retry(fn, retries: int):
+    "`fn()`, called again (up to `retries` more times) while it raises a transient error."
+    for k in range(retries + 1):
+        try: return fn()
+        except Exception as e:
+            if k == retries or not is_transient(e): raise
+
+def _put(q: queue.Queue, x, stop: threading.Event) -> bool:
+    "Put `x` on a bounded queue unless `stop` is set first (a consumer that died never leaves a producer blocked)."
+    while not stop.is_set():
+        try: q.put(x, timeout=0.1); return True
+        except queue.Full: pass
+    return False
+
+def _loaders(items, load_media, out_q, n_loaders, timeout, retries=1, stop=None):
     "Start `n_loaders` threads that load every item's media under a deadline into `out_q`, then `_DONE`."
     from easyvideor1.video import run_with_deadline
+    stop = stop or threading.Event()
     work = queue.Queue()
     for it in items: work.put(it)
     def loader():
-        while True:
+        while not stop.is_set():
             try: it = work.get_nowait()
             except queue.Empty: return
-            try: out_q.put((it, run_with_deadline(lambda: load_media(it), timeout, it.video or it.image)))
-            except Exception as e: out_q.put((it, e))  # recorded as the item's failure
+            try: m = _retry(lambda: run_with_deadline(lambda: load_media(it), timeout, it.video or it.image), retries)
+            except Exception as e: m = e  # recorded as the item's failure
+            if not _put(out_q, (it, m), stop): return
     threads = [threading.Thread(target=loader, daemon=True, name=f"eval-loader{i}") for i in range(n_loaders)]
     for t in threads: t.start()
     def closer():
         for t in threads: t.join()
-        out_q.put(_DONE)
-    threading.Thread(target=closer, daemon=True).start()
+        _put(out_q, _DONE, stop)
+    threading.Thread(target=closer, daemon=True, name="eval-loader-closer").start()
+    return threads
 
-def _generate_batch(engine, batch, out_q):
-    "Run a sync engine on a batch; on failure retry one by one so one bad item fails alone."
-    reqs = [EvalRequest(it, item_prompt(it), m) for it, m in batch]
-    try: texts = engine.generate(reqs)
+def _requests(batch, out_q) -> list[EvalRequest]:
+    "Requests for the items whose prompt builds; an item whose prompt fails is a failed item, the others go on."
+    reqs = []
+    for it, m in batch:
+        try: reqs.append(EvalRequest(it, item_prompt(it), m))
+        except Exception as e: out_q.put((it, None, e))
+    return reqs
+
+def _generate_batch(engine, reqs, out_q, retries=1):
+    "Run a sync engine on requests; on failure retry one by one (a transient error once more) so one bad item fails alone."
+    try:
+        texts = engine.generate(reqs)
+        if len(texts) != len(reqs): raise RuntimeError(f"the engine returned {len(texts)} texts for {len(reqs)} requests")
     except Exception as e:
-        if len(batch) == 1: out_q.put((batch[0][0], None, e)); return
-        for b in batch: _generate_batch(engine, [b], out_q)
+        if len(reqs) > 1:
+            for r in reqs: _generate_batch(engine, [r], out_q, retries)
+        elif retries > 0 and is_transient(e): _generate_batch(engine, reqs, out_q, retries - 1)
+        else: out_q.put((reqs[0].item, None, e))
         return
-    for (it, _), t in zip(batch, texts): out_q.put((it, t, None))
+    for r, t in zip(reqs, texts): out_q.put((r.item, t, None))
 
-def _sync_engine_worker(engine, in_q, out_q, batch_size):
-    "Worker thread: take ready items from `in_q` in batches, generate, put `(item, text, error)` on `out_q`."
-    done = False
-    while not done:
-        x = in_q.get()
-        if x is _DONE: break
-        batch = [x]
-        while len(batch) < batch_size:
-            try: x = in_q.get_nowait()
-            except queue.Empty: break
-            if x is _DONE: done = True; break
-            batch.append(x)
-        for it, m in batch:
-            if isinstance(m, Exception): out_q.put((it, None, m))
-        ok = [(it, m) for it, m in batch if not isinstance(m, Exception)]
-        if ok: _generate_batch(engine, ok, out_q)
-    out_q.put(_DONE)
+def _sync_engine_worker(engine, in_q, out_q, batch_size, retries=1, stop=None):
+    "Worker thread: take ready items in batches, generate, put `(item, text, error)` on `out_q`; a crash is reported, never silent."
+    stop = stop or threading.Event()
+    def get(block):
+        while not stop.is_set():
+            try: return in_q.get(timeout=0.1) if block else in_q.get_nowait()
+            except queue.Empty:
+                if not block: return None
+        return _DONE
+    try:
+        done = False
+        while not done:
+            x = get(True)
+            if x is _DONE: break
+            batch = [x]
+            while len(batch) < batch_size:
+                x = get(False)
+                if x is None: break
+                if x is _DONE: done = True; break
+                batch.append(x)
+            for it, m in batch:
+                if isinstance(m, Exception): out_q.put((it, None, m))
+            ok = [(it, m) for it, m in batch if not isinstance(m, Exception)]
+            if ok and (reqs := _requests(ok, out_q)): _generate_batch(engine, reqs, out_q, retries)
+    except BaseException as e: out_q.put(_Crash(threading.current_thread().name, e))
+    finally: out_q.put(_DONE)
+
 
 # %% ../nbs/11_evaluate.ipynb #12b0a26a
 def _record(results: ResultsFile, item: EvalItem, text, err, bar):
@@ -692,51 +758,103 @@ def _record(results: ResultsFile, item: EvalItem, text, err, bar):
         bar.update(1)
         bar.set_postfix(failed=sum(bool(r["error"]) for r in results.rows), refresh=False)
 
+def _drain(out_q, worker, results, bar, stall_timeout, waiting):
+    "Record results as they arrive; raise `PipelineError` if the worker crashed, vanished or nothing finished for `stall_timeout` s."
+    last = time.monotonic()
+    while True:
+        try: x = out_q.get(timeout=0.2)
+        except queue.Empty:
+            if not worker.is_alive() and out_q.empty():
+                raise PipelineError(f"{worker.name} ended without finishing; {len(waiting())} items left: {waiting()[:5]}")
+            if stall_timeout is not None and time.monotonic() - last > stall_timeout:
+                raise PipelineError(f"no item finished for {stall_timeout} s; {len(waiting())} items left: {waiting()[:5]}")
+            continue
+        if x is _DONE: return
+        if isinstance(x, _Crash):
+            raise PipelineError(f"{x.thread} raised {_error(x.error)}; {len(waiting())} items left: {waiting()[:5]}") from x.error
+        _record(results, *x, bar); last = time.monotonic()
+
 def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media: Callable[[EvalItem], Media], *,
                  n_loaders: int = 2,  # loader threads
                  queue_size: int = 8,  # loaded items waiting for the engine, at most
                  batch_size: int = 4,  # items per `generate` call (sync engines)
                  max_inflight: int = 16,  # requests in flight (async engines)
                  timeout: float | None = 60.0,  # seconds per item's media load (cache read or decode)
+                 retries: int = 1,  # more tries for an item whose load or generation failed transiently (a deadline, a connection)
+                 stall_timeout: float | None = 1800.0,  # seconds without any finished item before the run is declared stuck
                  progress: bool = True) -> list[dict]:
     "Evaluate the items not yet in `results`: loader threads -> bounded queue -> engine -> score -> append."
     from tqdm.auto import tqdm
     todo = [it for it in items if it.item_id not in results.done]
+    waiting = lambda: [it.item_id for it in todo if it.item_id not in results.done]
     bench = items[0].benchmark if items else ""
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=bench, unit="item", dynamic_ncols=True) if progress else None
-    in_q = queue.Queue(maxsize=queue_size)
-    _loaders(todo, load_media, in_q, n_loaders, timeout)
+    in_q, stop = queue.Queue(maxsize=queue_size), threading.Event()
+    _loaders(todo, load_media, in_q, n_loaders, timeout, retries, stop)
     try:
-        if hasattr(engine, "agenerate"): _run_async(engine, in_q, results, bar, max_inflight)
+        if hasattr(engine, "agenerate"): _run_async(engine, in_q, results, bar, max_inflight, retries, stall_timeout, waiting)
         else:
             out_q = queue.Queue()
-            worker = threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size), daemon=True, name="eval-engine")
+            worker = threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size, retries, stop),
+                                      daemon=True, name="eval-engine")
             worker.start()
-            while (x := out_q.get()) is not _DONE: _record(results, *x, bar)
-            worker.join()  # it ends right after _DONE; an engine thread still alive at interpreter exit can abort the process
+            _drain(out_q, worker, results, bar, stall_timeout, waiting)
+            worker.join(timeout=stall_timeout)  # it ends right after _DONE; an engine thread still alive at interpreter exit can abort the process
     finally:
+        stop.set()  # loaders and the worker leave their waits
         if bar is not None: bar.close()
     return results.rows
 
-def _run_async(engine, in_q, results, bar, max_inflight):
-    "Stream requests into an async engine; score each as it finishes."
+def _run_async(engine, in_q, results, bar, max_inflight, retries=1, stall_timeout=None, waiting=lambda: []):
+    "Stream requests into an async engine under a deadline each; score each as it finishes."
     import asyncio
+    last = [time.monotonic()]
+    def record(*x): _record(results, *x, bar); last[0] = time.monotonic()
+    def get():
+        try: return in_q.get(timeout=0.2)
+        except queue.Empty: return None
     async def main():
         loop, sem, tasks = asyncio.get_running_loop(), asyncio.Semaphore(max_inflight), set()
         async def one(it, m):
-            try: text, err = await engine.agenerate(EvalRequest(it, item_prompt(it), m)), None
-            except Exception as e: text, err = None, e
+            try:
+                req = EvalRequest(it, item_prompt(it), m)
+                for k in range(retries + 1):
+                    try: text, err = await asyncio.wait_for(engine.agenerate(req), stall_timeout), None; break
+                    except Exception as e:
+                        text, err = None, e
+                        if not is_transient(e): break
+            except Exception as e: text, err = None, e  # the prompt did not build: this item fails alone
             finally: sem.release()
-            _record(results, it, text, err, bar)
-        while (x := await loop.run_in_executor(None, in_q.get)) is not _DONE:
+            record(it, text, err)
+        while (x := await loop.run_in_executor(None, get)) is not _DONE:
+            if x is None:
+                if stall_timeout is not None and time.monotonic() - last[0] > stall_timeout:
+                    raise PipelineError(f"no item finished for {stall_timeout} s; {len(waiting())} items left: {waiting()[:5]}")
+                continue
             it, m = x
-            if isinstance(m, Exception): _record(results, it, None, m, bar); continue
+            if isinstance(m, Exception): record(it, None, m); continue
             await sem.acquire()
             t = asyncio.create_task(one(it, m)); tasks.add(t); t.add_done_callback(tasks.discard)
         if tasks: await asyncio.gather(*list(tasks))
     loop = getattr(engine, "loop", None)  # an engine bound to its own event loop (vLLM AsyncLLM) runs there
     if loop is None: asyncio.run(main())
     else: asyncio.run_coroutine_threadsafe(main(), loop).result()
+
+
+# %% ../nbs/11_evaluate.ipynb #d5f72601
+def drop_failed(path) -> list[dict]:
+    "Remove the failed rows of a results file (atomically) so that a resumed run evaluates those items again; return them."
+    path = Path(path)
+    rows = read_results(path)
+    bad = [r for r in rows if r.get("error")]
+    if bad: _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows if not r.get("error")))
+    return bad
+
+def failure_counts(rows: list[dict]) -> dict[str, int]:
+    "Failed rows per reason (the error's type), most frequent first."
+    c = Counter(r["error"].split(":", 1)[0] for r in rows if r.get("error"))
+    return dict(c.most_common())
+
 
 # %% ../nbs/11_evaluate.ipynb #a1d14da6
 class OracleEngine:
@@ -829,21 +947,38 @@ class VLLMAsyncEngine:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 # %% ../nbs/11_evaluate.ipynb #478fcf1b
+def _invalid_items(items: list[EvalItem], results: ResultsFile, report_dir: Path, **opts) -> set[str]:
+    "Record the items that fail `validate_rows` as failed rows (they stay in the denominator), report them; return their ids."
+    from easyvideor1.validate import validate_rows, InvalidRow
+    v = validate_rows([to_sample(it) for it in items], probe=False, **opts)
+    v.source = items[0].source.rsplit(":", 1)[0] if items else ""
+    by_uid = {it.uid: it for it in items}
+    for p in v.problems:
+        it = by_uid[p.id]
+        if it.item_id not in results.done: _record(results, it, None, InvalidRow(f"{p.where}: {p.reason}"), None)
+    if v.problems: v.write(report_dir, results.path.stem)
+    return {by_uid[p.id].item_id for p in v.problems}
+
 def evaluate_file(annotation_file, engine, out_dir, load_media: Callable[[EvalItem], Media], manifest: dict, *,
                   name: str | None = None,  # benchmark name, when the file is not recognised by name or content
                   max_items: int | None = None,  # evaluate only the first items (smoke runs)
                   strict: bool = False,  # refuse a file with unusable rows or repeated ids instead of skipping / renaming
+                  retry_failed: bool = False,  # evaluate again the items whose earlier result is a failure
+                  validation: dict | None = None,  # `validate_rows` options, e.g. {"max_prompt_chars": 20_000}
                   **pipeline_kw) -> dict:
-    "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming) and return its summary with the load counts."
+    "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming); return its summary with the load and failure counts."
     bench, items, load = load_annotations(annotation_file, name, strict)
     items = items[:max_items]
     m = {**manifest, "benchmark": bench.name, "annotation_digest": file_digest([annotation_file]), "annotation_load": load.counts()}
-    out = Path(out_dir) / f"{Path(annotation_file).stem}.jsonl"
-    with ResultsFile(out, m) as rf:
-        load.write(out.with_suffix(".load.json"))  # the skipped-rows report
-        rows = run_pipeline(items, engine, rf, load_media, **pipeline_kw)
+    path = Path(out_dir) / f"{Path(annotation_file).stem}.jsonl"
+    if retry_failed: ResultsFile(path, m).close(); drop_failed(path)  # the manifest is checked before anything is dropped
+    with ResultsFile(path, m) as rf:
+        load.write(path.with_suffix(".load.json"))  # the skipped-rows report
+        invalid = _invalid_items(items, rf, Path(out_dir) / "validation", **(validation or {}))
+        rows = run_pipeline([it for it in items if it.item_id not in invalid], engine, rf, load_media, **pipeline_kw)
     ids = {it.item_id for it in items}
-    return {**summarize_rows(bench, [r for r in rows if r["id"] in ids]), **_load_counts(load.counts())}
+    rows = [r for r in rows if r["id"] in ids]
+    return {**summarize_rows(bench, rows), "errors": failure_counts(rows), **_load_counts(load.counts())}
 
 def _load_counts(c: dict | None) -> dict:
     return {} if c is None else {"loaded": c["loaded"], "skipped": c["skipped"], "renamed": c["renamed"]}
@@ -995,6 +1130,10 @@ def _parser():
     r.add_argument("--batch-size", type=int, default=4, help="items per generate call (hf)")
     r.add_argument("--max-inflight", type=int, default=16, help="requests in flight (vllm)")
     r.add_argument("--timeout", type=float, default=60.0, help="seconds per item's media load")
+    r.add_argument("--retry-failed", action="store_true", help="on resume, evaluate again the items whose earlier result is a failure")
+    r.add_argument("--retries", type=int, default=1, help="more tries for an item whose load or generation failed transiently (a deadline)")
+    r.add_argument("--stall-timeout", type=float, default=1800.0, help="seconds without any finished item before the run stops as stuck")
+    r.add_argument("--max-prompt-chars", type=int, default=50_000, help="items whose prompt is longer are recorded as failed, never generated")
     r.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs / compilation (CPU, quick starts)")
     r.add_argument("--dtype", default="auto", help="vllm: weight dtype (auto: bfloat16 on CPU and GPU)")
     r.add_argument("--oracle-delay", type=float, default=0.0, help="seconds per batch for --engine oracle (tests)")
@@ -1016,8 +1155,16 @@ def _engine_from_args(a, family):
     return (VLLMAsyncEngine(a.model, video_dummy=dummy, image_dummy={"width": side, "height": side} if side else None,
                             enforce_eager=a.enforce_eager, dtype=a.dtype, **sampling), {**sampling, "dtype": a.dtype})
 
-def main(argv=None):
-    "Command-line entry point."
+def _failure_line(summaries: list[dict]) -> str | None:
+    "One line: how many items failed, of how many, and why (counts per reason)."
+    failed, n = sum(s["failed"] for s in summaries), sum(s["n"] for s in summaries)
+    if not failed: return None
+    why = Counter()
+    for s in summaries: why.update(s.get("errors", {}))
+    return f"evaluate: {failed} of {n} items failed ({', '.join(f'{k}: {v}' for k, v in why.most_common())}); their rows carry the error"
+
+def main(argv=None) -> int:
+    "Command-line entry point; the exit status is 1 when any item failed."
     a = _parser().parse_args(argv)
     if a.cmd == "list":
         for n, b in BENCHMARKS.items(): print(f"{n:22s} files={','.join(b.files)} metrics={b.metrics}")
@@ -1038,14 +1185,21 @@ def main(argv=None):
         if a.cache:
             from easyvideor1.cache import FrameCache
             cache = FrameCache(a.cache)
+        summaries = []
         try:
             for f in a.bench:
                 loader = MediaLoader(Path(a.video_root or Path(f).parent), vc, ic, cache)
                 s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items, strict=a.strict, n_loaders=a.loaders,
                                   queue_size=a.queue_size, batch_size=a.batch_size, max_inflight=a.max_inflight,
-                                  timeout=a.timeout, progress=not a.no_progress)
+                                  timeout=a.timeout, retry_failed=a.retry_failed, retries=a.retries, stall_timeout=a.stall_timeout,
+                                  validation={"max_prompt_chars": a.max_prompt_chars}, progress=not a.no_progress)
                 print(json.dumps(s), flush=True)
+                summaries.append(s)
         finally:
             if hasattr(engine, "close"): engine.close()
+        if line := _failure_line(summaries):
+            print(line, file=sys.stderr)
+            return 1
+    return 0
 
-if __name__ == "__main__" and not hasattr(__import__("builtins"), "__IPYTHON__"): main()  # not inside notebooks
+if __name__ == "__main__" and not hasattr(__import__("builtins"), "__IPYTHON__"): sys.exit(main())  # not inside notebooks

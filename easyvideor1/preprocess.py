@@ -11,10 +11,12 @@ from pathlib import Path
 
 from .video import VideoContract, ImageContract, MediaDecodeError, DECODE_TIMEOUT, FAMILY_FACTOR
 from .cache import FrameCache, CacheContractError, CacheEntryError
+from .data import iter_rows, clip_window
+from .validate import validate_rows, DEFAULT_MAX_PROMPT_CHARS
 
 # %% auto #0
 __all__ = ['read_samples', 'MediaItem', 'media_items', 'dedup', 'PreprocessReport', 'preprocess', 'contracts_from_args', 'parser',
-           'main']
+           'validate_inputs', 'main']
 
 # %% ../nbs/03a_preprocess.ipynb #8c78434f
 def read_samples(path:str|Path) -> list[dict]:
@@ -47,14 +49,18 @@ class MediaItem:
 def media_items(data_file:str|Path,
                 media_root:str|Path|None=None,  # base of `videos` / `images` paths (default: the data file's folder)
                 video_root:str|Path|None=None,  # base of benchmark `path` fields (default: the data file's folder)
+                skip:set[int]|frozenset=frozenset(),  # lines of the data file not to read (rows `validate_rows` refused)
                ) -> list[MediaItem]:
     "The media files referenced by the samples of one data file, in order (duplicates kept)."
     data_file = Path(data_file).resolve()
     mroot, vroot = Path(media_root or data_file.parent), Path(video_root or data_file.parent)
     items = []
-    for i, s in enumerate(read_samples(data_file)):
-        if not isinstance(s, dict): raise ValueError(f"{data_file}: sample {i} is not an object")
-        src, win = f"{data_file}#{i}", (s.get("video_start"), s.get("video_end"))
+    for line, s in iter_rows(data_file, []):  # invalid JSON lines: `validate_rows` reports them
+        if line in skip: continue
+        src = f"{data_file}:{line}"
+        if not isinstance(s, dict): raise ValueError(f"{src}: the sample is not an object")
+        w = clip_window(s, src)
+        win = (w.get("start"), w.get("end"))
         for v in s.get("videos") or []: items.append(MediaItem(str((mroot/v).resolve()), "video", *win, src))
         for im in s.get("images") or []: items.append(MediaItem(str((mroot/im).resolve()), "image", source=src))
         if "path" in s and not s.get("videos") and not s.get("images"):
@@ -70,6 +76,7 @@ def dedup(items:list[MediaItem]) -> list[MediaItem]:
         if k not in seen: seen.add(k); out.append(it)
     return out
 
+
 # %% ../nbs/03a_preprocess.ipynb #fda169f5
 _cache: FrameCache|None = None
 _contracts: dict = {}
@@ -83,14 +90,20 @@ def _init_worker(cache_dir, video_contract, image_contract, timeout, pool=True):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent cancels; in-flight files finish cleanly
     _cache, _contracts = FrameCache(cache_dir, timeout=timeout), {"video": video_contract, "image": image_contract}
 
+def _failed(rec:dict, e:BaseException) -> dict:
+    return {**rec, "status": "failed", "error_type": type(e).__name__, "error": str(e) or repr(e)}
+
 def _work(item:MediaItem) -> dict:
     "Cache one item; a record with status 'hit', 'stored' or 'failed'."
     rec = {"path": item.path, "kind": item.kind, "source": item.source}
     if item.start is not None or item.end is not None: rec["window"] = [item.start, item.end]
     try: rec["status"] = _cache.ensure(item.path, _contracts[item.kind], item.start, item.end)
-    except (MediaDecodeError, CacheEntryError, CacheContractError, ValueError, OSError) as e:  # bad inputs and entries
-        rec.update(status="failed", error_type=type(e).__name__, error=str(e))
+    except Exception as e:  # whatever one file raises (a decompression bomb, a decoder's own error type) is that file's failure
+        rec = _failed(rec, e)
+        if not isinstance(e, (MediaDecodeError, CacheEntryError, CacheContractError, ValueError, OSError)):
+            rec["error"] = f"{item.path}: {rec['error']}"  # foreign errors may not name the file
     return rec
+
 
 # %% ../nbs/03a_preprocess.ipynb #ea014737
 @dataclass
@@ -133,15 +146,20 @@ def preprocess(items:list[MediaItem], cache_dir:str|Path, video_contract:VideoCo
                 for it in items: record(_work(it))
             else:
                 with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=args) as ex:
-                    futs = [ex.submit(_work, it) for it in items]
+                    futs = {ex.submit(_work, it): it for it in items}
                     try:
-                        for f in as_completed(futs): record(f.result())
+                        for f in as_completed(futs):
+                            try: record(f.result())
+                            except Exception as e:  # the worker died (BrokenProcessPool: killed for memory?): this file fails, the run goes on
+                                it = futs[f]
+                                record(_failed({"path": it.path, "kind": it.kind, "source": it.source}, e))
                     except KeyboardInterrupt:
                         for f in futs: f.cancel()
                         raise
         except KeyboardInterrupt: rep.interrupted = True
     rep.seconds = time.perf_counter() - t0
     return rep
+
 
 # %% ../nbs/03a_preprocess.ipynb #9eab461c
 def contracts_from_args(a:argparse.Namespace) -> tuple[VideoContract, ImageContract]:
@@ -170,22 +188,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="worker processes (0: inline)")
     p.add_argument("--failures", help="failures JSONL (default: CACHE_DIR/failures.jsonl)")
     p.add_argument("--timeout", type=float, default=DECODE_TIMEOUT, help="per-file decode deadline, seconds")
+    p.add_argument("--strict", action="store_true", help="refuse to run if any row is invalid (default: skip it and list it)")
+    p.add_argument("--max-prompt-chars", type=int, default=DEFAULT_MAX_PROMPT_CHARS, help="rows with a longer prompt are invalid")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 # %% ../nbs/03a_preprocess.ipynb #7b0a74b9
+def validate_inputs(data_files:list, media_root=None, report_dir:str|Path|None=None, strict:bool=False,
+                    max_prompt_chars:int|None=DEFAULT_MAX_PROMPT_CHARS) -> dict[str, set[int]]:
+    "`validate_rows` on every data file (rows only: decoding is the media check here); the refused lines per file, reports written."
+    skip = {}
+    for d in data_files:
+        v = validate_rows(d, media_root, strict=strict, probe=False, max_prompt_chars=max_prompt_chars)
+        skip[d] = {int(p.where.rsplit(":", 1)[1]) for p in v.problems}
+        print(f"validate: {v.summary()}" + (f"; listed in {Path(report_dir)/'validation'}/{Path(d).stem}.md" if v.problems and report_dir else ""),
+              file=sys.stderr)
+        if v.problems and report_dir: v.write(Path(report_dir)/"validation", Path(d).stem)
+    return skip
+
 def main(argv:list[str]|None=None) -> int:
     "Run the preprocessor; exit status 0 if every file is cached, 1 if some failed, 130 if interrupted."
     a = parser().parse_args(argv)
     vc, ic = contracts_from_args(a)
-    items = dedup([it for d in a.data for it in media_items(d, a.media_root, a.video_root)])
-    print(f"video contract {vc.hash[:12]}: {vc}\nimage contract {ic.hash[:12]}: {ic}", file=sys.stderr)
     Path(a.cache_dir).mkdir(parents=True, exist_ok=True)
+    skip = validate_inputs(a.data, a.media_root, a.cache_dir, a.strict, a.max_prompt_chars)
+    items = dedup([it for d in a.data for it in media_items(d, a.media_root, a.video_root, skip[d])])
+    print(f"video contract {vc.hash[:12]}: {vc}\nimage contract {ic.hash[:12]}: {ic}", file=sys.stderr)
     rep = preprocess(items, a.cache_dir, vc, ic, workers=a.workers, failures=a.failures, timeout=a.timeout,
                      progress=not a.no_progress)
     failures = a.failures or Path(a.cache_dir)/"failures.jsonl"
     print(f"preprocess: {rep.summary()}" + (f"; failures listed in {failures}" if rep.failed else ""))
     return 130 if rep.interrupted else int(rep.failed > 0)
+
 
 # %% ../nbs/03a_preprocess.ipynb #b4458a57
 if __name__ == "__main__" and globals().get("__spec__") is not None:  # `python -m`, not a notebook kernel

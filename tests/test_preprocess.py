@@ -48,11 +48,12 @@ def test_cli_formats_failures_rerun(tmp_path):
     data = make_suite(tmp_path / "suite", n_per_task=2, n_test=1, tasks=["direction", "ground", "count"], seed=1)
     (data / "videos" / "corrupt.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(2000))
     with open(data / "train.jsonl", "a") as f:
-        f.write(json.dumps({"problem": "<video>?", "videos": ["videos/corrupt.mp4"], "data_type": "video"}) + "\n")
-        f.write(json.dumps({"problem": "<video>?", "videos": ["videos/missing.mp4"], "data_type": "video"}) + "\n")
+        for v in ("videos/corrupt.mp4", "videos/missing.mp4"):  # valid rows (`validate_rows` passes them) whose media fail
+            f.write(json.dumps({"problem": "<video>?", "videos": [v], "data_type": "video", "problem_type": "open-ended", "answer": "x"}) + "\n")
     rows = [json.loads(l) for l in (data / "train.jsonl").read_text().splitlines()]
     vids = sorted({r["videos"][0] for r in rows if r.get("videos")} - {"videos/corrupt.mp4", "videos/missing.mp4"})
-    bench = [{"problem_id": i, "path": f"./{v}", "data_type": "video", "problem_type": "multiple choice"} for i, v in enumerate(vids)]
+    bench = [{"problem_id": i, "path": f"./{v}", "data_type": "video", "problem_type": "multiple choice", "problem": "?",
+              "solution": "<answer>A</answer>"} for i, v in enumerate(vids)]
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     cache = tmp_path / "cache"
     args = [data / "train.jsonl", tmp_path / "bench.json", "--video-root", data, "--cache-dir", cache, "--workers", 2, *SMALL]
@@ -62,7 +63,7 @@ def test_cli_formats_failures_rerun(tmp_path):
     assert f"{len(vids) + n_img + 2} files: 0 already cached, {len(vids) + n_img} stored, 2 failed" in out, out
     fails = [json.loads(l) for l in (cache / "failures.jsonl").read_text().splitlines()]
     assert sorted(Path(f["path"]).name for f in fails) == ["corrupt.mp4", "missing.mp4"]
-    assert all(Path(f["path"]).name in f["error"] and f["source"].endswith((f"#{len(rows) - 2}", f"#{len(rows) - 1}")) for f in fails), fails
+    assert all(Path(f["path"]).name in f["error"] and f["source"].endswith((f":{len(rows) - 1}", f":{len(rows)}")) for f in fails), fails
     assert len(entries(cache)) == len(vids) + n_img
     rc, out, err = run(*args)
     assert rc == 1 and f"{len(vids) + n_img} already cached, 0 stored, 2 failed" in out, out
@@ -85,7 +86,7 @@ def many_clips(tmp_path):
     for i in range(24):
         x = rng.integers(0, 255, (30, 64, 80, 3), dtype=np.uint8)
         write_video(tmp_path / "v" / f"{i}.mp4", x, 10)
-        rows.append({"problem": "<video>?", "videos": [f"v/{i}.mp4"], "data_type": "video"})
+        rows.append({"problem": "<video>?", "videos": [f"v/{i}.mp4"], "data_type": "video", "problem_type": "open-ended", "answer": "x"})
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return tmp_path / "train.jsonl"
 

@@ -1,6 +1,6 @@
 """What the rewards notebook cannot show: code run in a subprocess (timeouts, process groups, isolation)
 and the math timeout from worker threads."""
-import os
+import os, subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,11 +11,12 @@ from easyvideor1.rewards import (MathTimeout, MathVerifier, compute_score, compu
 
 
 def test_tests_run_out_of_process(tmp_path):
-    "A program's side effects (globals, cwd files, environment, exit) never reach the scorer's process."
+    "A program's side effects (globals, files outside its folder, environment, exit) never reach the scorer's process."
     marker = tmp_path / "touched"
-    code = f"import os\nos.environ['EVR1_LEAK'] = '1'\nopen({str(marker)!r}, 'w').close()\ndef f(): return 2"
-    assert run_python_tests(code, ["assert f() == 2", "assert f() == 3"]) == 0.5
-    assert marker.exists()  # it did run (a subprocess is isolation from us, not a sandbox)
+    code = f"import os\nos.environ['EVR1_LEAK'] = '1'\nopen('mine', 'w').close()\ndef f(): return 2"
+    assert run_python_tests(code, ["assert f() == 2", "assert f() == 3"]) == 0.5  # its own folder is writable
+    outside = f"def f():\n    open({str(marker)!r}, 'w').close()\n    return 2"
+    assert run_python_tests(outside, ["assert f() == 2"]) == 0.0 and not marker.exists()  # confined: nothing outside (issue 18)
     assert "EVR1_LEAK" not in os.environ
     assert run_python_tests("import sys\nsys.exit(3)", ["assert True"]) == 0.0
     assert run_python_tests("def f(): return 1", ["import os; os._exit(0)", "assert f() == 1"]) == 0.0
@@ -28,20 +29,12 @@ def test_hanging_tests_time_out_keeping_earlier_passes():
     assert rate == pytest.approx(1 / 3)  # returning at all means the loop was cut
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path):
+def test_timeout_kills_the_whole_process_group():
     "A program that starts its own child process cannot leave it running after the timeout."
-    pidfile = tmp_path / "child.pid"
-    code = (f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\nimport time\ntime.sleep(300)")
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(300)\ntime.sleep(300)"
     assert run_python_tests(code, ["assert True"], timeout=2.0) == 0.0
-    pid = int(pidfile.read_text())
-    for _ in range(50):  # the orphan is reaped by init shortly after SIGKILL
-        try: os.kill(pid, 0)
-        except ProcessLookupError: break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, 9)
-        pytest.fail(f"child {pid} survived the timeout")
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "easyvideor1 code harness" not in ps  # the harness's command line names it; none of its processes is left
 
 
 def test_code_scorer_uses_tests_when_given():

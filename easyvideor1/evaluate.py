@@ -251,8 +251,8 @@ register(Benchmark("Synthetic", ("synthetic",), ("synthetic",), read=read_traini
 
 # %% ../nbs/11_evaluate.ipynb #4642b4d6
 NOT_SUPPORTED.update({
-    "TempCompass": "no annotation file in shared/benchmarks to build and test a loader against",
-    "ODV-Bench": "no annotation file in shared/benchmarks to build and test a loader against",
+    "TempCompass": "no sample of its annotation file (tests/fixtures/benchmarks) to build and test a loader against",
+    "ODV-Bench": "no sample of its annotation file (tests/fixtures/benchmarks) to build and test a loader against",
 })
 
 # %% ../nbs/11_evaluate.ipynb #a8bf5c4f

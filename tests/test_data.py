@@ -10,7 +10,7 @@ from easyvideor1.data import (DataError, Media, PlaceholderMismatch, check_input
                               prompt_inputs, prompt_text, read_samples, split, with_completion)
 from easyvideor1.video import ImageContract, VideoContract
 
-BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+BENCH = Path(__file__).resolve().parent / "fixtures" / "benchmarks"  # samples of the real annotation files
 FAMILIES = ("qwen2_5_vl", "qwen3_vl")
 
 

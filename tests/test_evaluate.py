@@ -9,7 +9,7 @@ from easyvideor1.evaluate import (BENCHMARKS, NOT_SUPPORTED, AnnotationError, An
                                   load_annotations, load_benchmark, main, oracle_check, oracle_scores, read_results, read_rows, recognise)
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_DIR = Path(os.environ.get("EASYVIDEOR1_BENCHMARKS", ROOT.parent / "shared" / "benchmarks"))
+BENCH_DIR = Path(os.environ.get("EASYVIDEOR1_BENCHMARKS", ROOT / "tests" / "fixtures" / "benchmarks"))  # samples of the real files
 FILES = sorted(BENCH_DIR.glob("*.json"))
 DEFECTS = ROOT / "tests" / "fixtures" / "benchmarks_defects"  # our own rows with the real files' defects
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

@@ -26,16 +26,17 @@ from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajec
 from .rewards import answer_span, compute_scores
 from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt
 from .synthetic import make_suite
+from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_dirs', 'step_seed', 'save_checkpoint',
            'load_weights', 'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows',
-           'offline_groups', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
-           'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn',
-           'sft_update', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves',
-           'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
-           'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
+           'offline_groups', 'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine',
+           'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches',
+           'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl',
+           'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages',
+           'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
            'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train',
            'write_param_digest', 'parse_args', 'main']
 
@@ -48,6 +49,8 @@ class TrainConfig:
     eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
     val_data: str = ""  # validation JSON/JSONL that picks the best checkpoint ("" = the synthetic suite's val split; none with `data`)
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
+    strict_data: bool = False  # refuse the run at the first invalid data row (False: skip invalid rows, listed in validation-*.md)
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS  # a longer question (with options) is an invalid row
     synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
     synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
     synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}})  # generator keywords per task
@@ -283,11 +286,15 @@ def offline_groups(samples, tokenizer, max_new_tokens: int) -> list[list[Traject
     "Phase 4 inputs: each sample's offline trajectories, tokenised with end-of-turn, cut to the budget, with stored behaviour log-probs (`07_replay`)."
     return [offline_trajectories(r, tokenizer, max_new_tokens, sample_id=r["problem_id"]) for r in replay_rows(samples)]
 
+def score_extras(s) -> dict:
+    "What a scorer may need besides the answer: options, ids, and a code row's `tests`."
+    return dict(options=s.options, problem_id=s.id, data_type=s.data_type, **({"tests": s.extra["tests"]} if s.extra.get("tests") else {}))
+
 def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[list[dict]], Any]:
     "Phase 5: route every completion of every group to its problem type's scorer (`04_rewards`); rewards set in place."
     flat = [(s, t) for s, g in zip(samples, groups) for t in g]
     scores, stats = compute_scores([t.text for _, t in flat], [s.answer for s, _ in flat], [s.problem_type for s, _ in flat],
-                                   [dict(options=s.options, problem_id=s.id, data_type=s.data_type) for s, _ in flat],
+                                   [score_extras(s) for s, _ in flat],
                                    strict_format=strict_format, lenient=False)  # RL: no accuracy without the answer tag
     for (_, t), sc in zip(flat, scores): t.reward = sc["overall"]
     out, k = [], 0
@@ -712,8 +719,13 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.prompts_per_step % world: raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
     # --- setup: data, contracts, processor, model, optimizer, engine
     train_file, val_file, eval_file = prepare_data(cfg, main, wait)
-    samples = read_samples(train_file, cfg.media_root or None)
-    splits = {"test": read_samples(eval_file, cfg.media_root or None)} | ({"val": read_samples(val_file, cfg.media_root or None)} if val_file else {})
+    def read(path, name):  # every row parsed, typed and checked before the first step (and a given data set's media probed)
+        v = validate_rows(path, cfg.media_root or None, strict=cfg.strict_data, probe=bool(cfg.data), max_prompt_chars=cfg.max_prompt_chars)
+        if main and v.problems: v.write(out, f"validation-{name}"); tqdm.write(f"{v.summary()}: see {out / f'validation-{name}.md'}")
+        if not v.samples: raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{name}.md'}")
+        return v.samples
+    samples = read(train_file, "train")
+    splits = {"test": read(eval_file, "test")} | ({"val": read(val_file, "val")} if val_file else {})
     if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
     fam, size = _family_size(cfg.model)
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)

@@ -193,3 +193,33 @@ def test_every_preset_runs_shrunk(preset, tiny_suite, tmp_path):
     from dataclasses import asdict
     train(load_config(overrides={**asdict(cfg), **shrunk}))
     assert [m["phase"] for m in read_jsonl(out / "metrics.jsonl")] == ["sft", "grpo"]
+
+
+def test_bad_rows_are_checked_before_the_first_step(tiny_suite, tmp_path):
+    "An unknown problem type and a missing clip are skipped and listed (file:line) before training; strict_data refuses at start-up."
+    from easyvideor1.validate import ValidationError
+    rows = read_jsonl(tiny_suite / "suite" / "train.jsonl")
+    bad = [dict(rows[0], problem_id="bad-type", problem_type="interpretive dance"),
+           dict(rows[0], problem_id="bad-clip", videos=["videos/missing.mp4"])]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows + bad))
+    cfg = dict(TINY, data=str(data), eval_data=str(tiny_suite / "suite" / "test.jsonl"), media_root=str(tiny_suite / "suite"),
+               output_dir=str(tmp_path / "run"), max_steps=1)
+    train(load_config(overrides=cfg))
+    report = (tmp_path / "run" / "validation-train.md").read_text()
+    assert f"train.jsonl:{len(rows) + 1} | unknown problem_type" in report and f"train.jsonl:{len(rows) + 2} | video" in report
+    assert "2 skipped" in report
+    with pytest.raises(ValidationError, match=f"train.jsonl:{len(rows) + 1}"):
+        train(load_config(overrides=dict(cfg, strict_data=True, output_dir=str(tmp_path / "strict"))))
+
+
+def test_code_rows_pass_their_tests_to_the_scorer():
+    "A code row's `tests` reach the reward: a wrong function that compiles no longer earns full marks."
+    from easyvideor1.data import Sample
+    from easyvideor1.replay import Trajectory
+    from easyvideor1.train import score_groups
+    s = Sample(id="c0", problem="write f", answer="def f(x): return 2 * x", problem_type="code", data_type="text",
+               extra=dict(tests=["assert f(2) == 4"]))
+    good, wrong = (Trajectory([1], f"<answer>{c}</answer>") for c in ("def f(x): return 2 * x", "def f(x): return x + 100"))
+    scores, _ = score_groups([s], [[good, wrong]])
+    assert scores[0][0]["accuracy"] == 1.0 and scores[0][1]["accuracy"] == 0.0

@@ -16,8 +16,8 @@ __all__ = ['PROMPT_FAMILY', 'REASONING', 'ANSWER_FORMAT', 'DEFAULT_QUESTION', 'W
            'unwrap_solution', 'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt',
            'build_messages', 'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
            'check_placeholders', 'check_inputs', 'prompt_inputs', 'with_completion', 'Batch', 'collate', 'batch_item',
-           'check_batch', 'split', 'dummy_vision_inputs', 'encode_vision', 'forward_vlm', 'DummyVisionWrapper', 'Cost',
-           'sample_cost', 'balance']
+           'check_batch', 'split', 'dummy_vision_inputs', 'VLMCall', 'call_vlm', 'unwrap_vlm', 'encode_vision',
+           'forward_vlm', 'DummyVisionWrapper', 'Cost', 'sample_cost', 'balance']
 
 # %% ../nbs/05_data.ipynb #e6117554
 class DataError(ValueError):
@@ -557,6 +557,23 @@ def _features_mean(out) -> torch.Tensor:
     ts = list(out.pooler_output) + [t for feats in (getattr(out, "deepstack_features", None) or []) for t in feats]
     return torch.stack([t.float().mean() for t in ts]).sum()
 
+# %% ../nbs/05_data.ipynb #90002fe9
+class VLMCall(torch.nn.Module):
+    "A VLM whose forward runs `fn(vlm, *args, **kwargs)`: the one module to wrap (FSDP2's root) so every model call passes its hooks."
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn, *args, **kwargs): return fn(self.model, *args, **kwargs)
+
+def call_vlm(model, fn, *args, **kwargs):
+    "`fn(vlm, *args, **kwargs)`: inside the forward of `model` when it is a `VLMCall`, else on the model itself."
+    return model(fn, *args, **kwargs) if isinstance(model, VLMCall) else fn(model, *args, **kwargs)
+
+def unwrap_vlm(model):
+    "The VLM inside a `VLMCall` (the model itself otherwise): for its config, device and generation settings."
+    return model.model if isinstance(model, VLMCall) else model
+
 # %% ../nbs/05_data.ipynb #d4455e93
 def encode_vision(model, batch: Batch) -> tuple[dict, torch.Tensor]:
     "Vision features for `mm_encoder_outputs`, calling the tower once for images and once for videos; absent ones run a zero dummy."
@@ -571,6 +588,8 @@ def encode_vision(model, batch: Batch) -> tuple[dict, torch.Tensor]:
 # %% ../nbs/05_data.ipynb #59b9f6c8
 def forward_vlm(model, batch: Batch, **kwargs):
     "The model's forward on a batch with the dummy-vision rule: `logits + 0 * mean(dummy features)`, equal in value to a plain forward."
+    if isinstance(model, VLMCall): return model(forward_vlm, batch, **kwargs)  # an FSDP2 root: run inside its forward
+    kwargs.setdefault("use_cache", False)  # a training forward needs no cache (and a checkpointed layer must not fill one)
     enc, dummy = encode_vision(model, batch)
     kw = {k: v for k, v in batch.model_kwargs().items() if k not in ("pixel_values", "pixel_values_videos")}
     out = model(**kw, mm_encoder_outputs=enc, **kwargs)

@@ -141,46 +141,52 @@ def _sampled_logprobs(out, P: int, temperature: float) -> tuple[Tensor, Tensor]:
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
 class HFEngine:
     "Rollouts with transformers `generate` on the training model; a group's prompt is prefilled once."
-    def __init__(self, model, processor,
+    def __init__(self, model,  # the VLM, or a `data.VLMCall` around it (FSDP2's root: generation runs in its forward, unsharded)
+                 processor,
                  shared_prefix: bool = True):  # False: the naive path (n prefills), kept as the oracle
+        from easyvideor1.data import unwrap_vlm
         self.model, self.processor, self.shared_prefix = model, processor, shared_prefix
+        self.vlm = unwrap_vlm(model)
         self.tokenizer = processor.tokenizer
         self.pad_id = token_ids_of(self.tokenizer, ["<|endoftext|>"])[0]
 
     @torch.no_grad()
     def generate(self, prompts: list[RolloutPrompt], sampling: SamplingConfig) -> list[list[Completion]]:
         "n completions for each prompt, one group per prompt."
+        from easyvideor1.data import call_vlm
+        from easyvideor1.parallel import gathered
         stop_ids = token_ids_of(self.tokenizer, sampling.stop)
         gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id)
         groups = []
-        for i, p in enumerate(prompts):
-            inputs = {k: v.to(self.model.device) if torch.is_tensor(v) else v for k, v in processor_inputs(self.processor, p).items()}
-            if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
-            ids, logp = (self._shared if self.shared_prefix else self._naive)(inputs, sampling.n, gc)
-            groups.append([make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids)
-                           for r, l in zip(ids, logp)])
+        with gathered(self.model):  # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
+            for i, p in enumerate(prompts):
+                inputs = {k: v.to(self.vlm.device) if torch.is_tensor(v) else v for k, v in processor_inputs(self.processor, p).items()}
+                if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
+                ids, logp = call_vlm(self.model, self._shared if self.shared_prefix else self._naive, inputs, sampling.n, gc)
+                groups.append([make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids)
+                               for r, l in zip(ids, logp)])
         return groups
 
-    def _naive(self, inputs: dict, n: int, gc):
+    def _naive(self, model, inputs: dict, n: int, gc):
         "The prompt repeated n times: n prefills."
-        out = self.model.generate(**repeat_inputs(inputs, n), generation_config=gc)
+        out = model.generate(**repeat_inputs(inputs, n), generation_config=gc)
         return _sampled_logprobs(out, inputs["input_ids"].shape[1], gc.temperature or 0)
 
-    def _shared(self, inputs: dict, n: int, gc):
+    def _shared(self, model, inputs: dict, n: int, gc):
         "One batch-1 prefill of all but the last prompt token, its cache repeated n times, then generate."
         from transformers import DynamicCache
         ids = inputs["input_ids"]  # (1, P)
-        P, core = ids.shape[1], self.model.model
-        core.rope_deltas, cache = None, DynamicCache(config=self.model.config)
+        P, core = ids.shape[1], model.model
+        core.rope_deltas, cache = None, DynamicCache(config=model.config)
         prefix = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in inputs.items()}
-        kw = _cache_kw(self.model)
-        self.model(**prefix, **{kw: cache}, use_cache=True, logits_to_keep=1)
+        kw = _cache_kw(model)
+        model(**prefix, **{kw: cache}, use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(n)
         rest = {k: v for k, v in inputs.items() if k != "input_ids"}
-        pos = self.model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
+        pos = model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
         core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (n, 1)
-        out = self.model.generate(input_ids=ids.repeat(n, 1), attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device),
-                                  position_ids=pos.repeat_interleave(n, 1), generation_config=gc, **{kw: cache})
+        out = model.generate(input_ids=ids.repeat(n, 1), attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device),
+                             position_ids=pos.repeat_interleave(n, 1), generation_config=gc, **{kw: cache})
         return _sampled_logprobs(out, P, gc.temperature or 0)
 
 # %% ../nbs/08_rollout.ipynb #a359a586

@@ -128,3 +128,55 @@ def test_bench_step_cli():
     assert "rollout tokens identical: True" in out.stdout
     dl = float(out.stdout.split("max |delta logp| shared vs naive: ")[1].split(";")[0])
     assert dl <= 1e-5
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_checkpointing_equals_plain(models, fam, shared):
+    "The trainer's switch: `enable_checkpointing` recomputes every block in backward; log-probs and every gradient unchanged."
+    from easyvideor1.prefix import disable_checkpointing, enable_checkpointing, is_checkpointing, model_blocks
+    m, p = models[fam], toy_prompt(fam, "video")
+    g = torch.Generator().manual_seed(3)
+    ids, adv = torch.randint(100, 20000, (4, 6), generator=g), torch.randn(4, generator=g)
+    mask = torch.ones(4, 6); mask[1, 4:] = 0
+    calls = []  # an MLP inside every block: its pre-hook runs again when a checkpointed block is recomputed
+    hooks = [b.mlp.register_forward_pre_hook(lambda *_: calls.append(1)) for b in model_blocks(m)]
+    def run(out):
+        fn = PrefixLogp(m, shared_prefix=shared)
+        for mb in group_micro_batches([p], [ids], [mask], [adv], 2):  # 2 chunks: the shared prompt's backward waits for the last
+            lp = fn(mb); out.append(lp.detach())
+            (lp * mb.adv[:, None] * mb.mask).sum().backward()
+    plain, ck = [], []
+    try:
+        g0 = grads(m, lambda: run(plain))
+        n_plain = len(calls); calls.clear()
+        assert enable_checkpointing(m) == len(model_blocks(m)) == 3 and is_checkpointing(m)
+        g1 = grads(m, lambda: run(ck))
+        assert len(calls) == 2 * n_plain  # every block call ran again in backward
+    finally:
+        for h in hooks: h.remove()
+        disable_checkpointing(m)
+    assert not is_checkpointing(m)
+    assert max((a - b).abs().max().item() for a, b in zip(plain, ck)) <= 1e-6
+    assert max_rel(g1, g0) <= 1e-5
+    assert any("visual" in n and v.norm() > 0 for n, v in g1.items())
+
+
+def test_transformers_checkpointing_is_refused_with_advice(models):
+    m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
+    m.gradient_checkpointing_enable()  # drops the prompt cache in its layers: the prefix path fails (issue 15)
+    p = toy_prompt("qwen2_5_vl", "text")
+    with pytest.raises(RuntimeError, match="enable_checkpointing"):
+        group_logprobs(m, p, torch.randint(100, 200, (2, 3)))
+    from easyvideor1.prefix import enable_checkpointing
+    with pytest.raises(RuntimeError, match="gradient_checkpointing_disable"): enable_checkpointing(m)
+
+
+def test_checkpointed_layer_refuses_a_plain_cache(models):
+    "A cache a replay would update twice is an error, not a silently wrong gradient."
+    from transformers import DynamicCache
+    from easyvideor1.prefix import checkpointed_layers
+    m = models["qwen3_vl"]
+    ids = torch.randint(100, 200, (1, 4))
+    with checkpointed_layers(m), pytest.raises(RuntimeError, match="replay would update it"):
+        m.model.language_model(input_ids=ids, past_key_values=DynamicCache(config=m.config.get_text_config()), use_cache=True)

@@ -54,7 +54,7 @@ class TrainConfig:
     synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
     synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
     synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}})  # generator keywords per task
-    synthetic_n: int = 2000  # synthetic training samples per task
+    synthetic_n: int = 1000  # synthetic training samples per task
     synthetic_test_n: int = 64  # synthetic held-out samples per task
     synthetic_val_n: int = 32  # synthetic validation samples per task (0: no validation split)
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
@@ -115,13 +115,13 @@ class TrainConfig:
     lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 60  # GRPO steps
+    max_steps: int = 50  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between log lines
-    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
+    eval_every: int = 25  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
     eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
@@ -768,8 +768,9 @@ def train(cfg: TrainConfig) -> dict:
         history = read_jsonl(mpath)
         acc.init_trackers("easyvideor1", config={k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()})
     def run_eval(step):
+        names = [k for k in splits if k == "test" or step >= cfg.sft_steps]  # validation only where a best can be chosen
         tables = {k: per_type(gather_object(evaluate_split(policy, processor, splits[k], eval_prompts[k], rank, world,
-                                                           cfg.max_new_tokens, cfg.strict_format))) for k in splits}
+                                                           cfg.max_new_tokens, cfg.strict_format))) for k in names}
         if main: append_jsonl(epath, dict(step=step, per_type=tables["test"], **({"val": tables["val"]} if "val" in tables else {})))
         return tables
     def evaluate_and_keep(step):

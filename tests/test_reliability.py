@@ -316,3 +316,46 @@ def test_validate_rows_refuses_the_issues_rows(tmp_path):
     js, md = v.write(tmp_path / "run")
     assert len(js.read_text().splitlines()) == 6 and "mixed.jsonl:4" in md.read_text()
     with pytest.raises(ValidationError, match=r"mixed.jsonl:2: "): validate_rows(data, strict=True)
+
+
+# --- issue 18, items 7 and 8: the trainer's resume and config (easyvideor1.train)
+
+def test_resume_refuses_a_booby_trapped_checkpoint(tmp_path):
+    "A pickle planted as a checkpoint's optimizer state is refused by weights_only loading, not run."
+    import torch
+    from easyvideor1.models import qwen_processor, qwen_vlm
+    from easyvideor1.train import load_checkpoint, save_checkpoint
+    m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
+    opt = torch.optim.AdamW(m.parameters())
+    sch = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    ck = save_checkpoint(m, qwen_processor("qwen2_5_vl"), opt, sch, dict(step=1), tmp_path)
+    flag = tmp_path / "pwned"
+    class Booby:
+        def __reduce__(self): return (os.system, (f"touch {flag}",))
+    torch.save({"state": Booby(), "param_groups": []}, ck / "optimizer.pt")
+    with pytest.raises(ValueError, match="refusing to resume"):
+        load_checkpoint(m, opt, sch, tmp_path)
+    assert not flag.exists()
+    assert not list(ck.rglob("*.pkl")) and not list(ck.rglob("*.bin"))  # nothing in a checkpoint needs unpickling
+
+
+@pytest.mark.parametrize("override, message", [
+    ("prompts_per_step=0", "prompts_per_step=0 is out of range: must be >= 1"),
+    ("micro_batch_size=0", "micro_batch_size=0 is out of range: must be >= 1"),
+    ("temperature=0", "temperature=0.0 is out of range: must be > 0"),
+    ("max_steps=-3", "max_steps=-3 is out of range: must be >= 0"),
+    ("engine=tpu", "engine='tpu' is out of range: must be one of 'hf', 'vllm'"),
+])
+def test_config_values_are_range_checked_on_the_command_line(override, message):
+    r = subprocess.run([sys.executable, "-m", "easyvideor1.train", override], capture_output=True, text=True,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"), timeout=300)
+    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr: [1e-3\n")
+    for args, message in (([f"--config={bad}"], f"{bad}: not valid YAML"), (["--config=missing.yaml"], "--config missing.yaml: no such file")):
+        r = subprocess.run([sys.executable, "-m", "easyvideor1.train", *args], capture_output=True, text=True,
+                           env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"), timeout=300)
+        assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]

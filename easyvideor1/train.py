@@ -515,8 +515,8 @@ def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None 
     ax[0].set(xlabel="step (grey: warm start on offline trajectories)", ylim=(-0.05, 1.05), title="training")
     ax[0].legend(fontsize=8, loc="center right")
     types = sorted({t for e in evals for t in e["per_type"]})
-    for t in types:
-        ax[1].plot([e["step"] for e in evals], [e["per_type"][t]["accuracy"] for e in evals], marker="o", label=t)
+    for t in types:  # a type may be missing from an evaluation (eval_n, a resumed run's new split)
+        ax[1].plot(*zip(*[(e["step"], e["per_type"][t]["accuracy"]) for e in evals if t in e["per_type"]]), marker="o", label=t)
     if sft: ax[1].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
     ax[1].set(xlabel="step", ylim=(-0.05, 1.05), title="held-out greedy accuracy"); ax[1].legend(fontsize=8)
     fig.tight_layout()

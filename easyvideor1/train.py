@@ -9,17 +9,19 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from typing import Any
 
-import copy, hashlib
+import contextlib, copy, hashlib
 import numpy as np
 import torch
 import yaml
 from tqdm.auto import tqdm
 
 from .cache import FrameCache, atomic_write_text
-from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, with_completion
+from .data import collate, call_vlm, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
 from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
                               loss_denominator, overlong_penalty, token_logprobs)
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
+from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, load_sharded, max_over_ranks,
+                                  pad_micro_batches, save_sharded, shard_fsdp2)
 from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
 from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
@@ -31,11 +33,11 @@ from .video import ImageContract, VideoContract
 
 # %% auto #0
 __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'check_config', 'checkpoint_dirs',
-           'step_seed', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts',
-           'replay_rows', 'offline_groups', 'score_extras', 'score_groups', 'mix_offline', 'rollout_groups',
-           'make_engine', 'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update', 'answer_span_mask',
-           'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split', 'per_type',
-           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts',
+           'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'sample_prompts',
+           'shard', 'load_prompts', 'replay_rows', 'offline_groups', 'score_extras', 'score_groups', 'mix_offline',
+           'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update',
+           'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split',
+           'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts',
            'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
            'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
            'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
@@ -63,6 +65,7 @@ class TrainConfig:
     model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
     dtype: str = "float32"  # float32 or bfloat16
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
+    parallel: str = "ddp"  # ddp (plain model, one flat gradient all-reduce) or fsdp2 (torch fully_shard per vision block / decoder layer + root; accelerate only launches)
     # --- media budgets (separate for videos and images)
     video_fps: float = 2.0  # frames sampled per second of video
     video_max_frames: int = 8  # at most this many frames per video
@@ -190,7 +193,7 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
                                               "video_max_pixels", "image_min_pixels", "image_max_pixels")},
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
-    "engine": _choices("hf", "vllm"), "offline_mode": _choices("replace", "add", "none"),
+    "engine": _choices("hf", "vllm"), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
 }
 
 def check_config(cfg: TrainConfig) -> TrainConfig:
@@ -217,27 +220,38 @@ def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
     return int(np.random.SeedSequence([seed, step, rank, salt]).generate_state(1)[0])
 
 # %% ../nbs/10_train.ipynb #ab057be5
+def save_model_folder(model, folder: str | Path, processor=None, is_main: bool = True):
+    "A transformers model folder (and the processor) written by the main process; an FSDP2 model is gathered first (call it on every rank)."
+    sd = full_state_dict(model) if fsdp_modules(model) else None  # a collective: full tensors on rank 0, {} elsewhere
+    if is_main:
+        unwrap_vlm(model).save_pretrained(folder, **({} if sd is None else dict(state_dict=sd)))
+        if processor is not None: processor.save_pretrained(folder)
+
 def save_checkpoint(
-    model,  # the plain model (identical on every data-parallel rank)
+    model,  # the plain model (identical on every data-parallel rank), or an FSDP2 root (`shard_fsdp2`)
     processor,  # saved beside the weights so the folder loads on its own
-    optimizer,  # its state goes to optimizer.pt
+    optimizer,  # its state goes to optimizer.pt (FSDP2: with the model's shards to sharded/)
     scheduler,  # its state goes to scheduler.json
     state: dict,  # trainer state: step, config, contract hash, ...
     output_dir: str | Path,  # run folder
     keep: int = 2,  # newest checkpoints kept
-    is_main: bool = True,  # only the main process writes
+    is_main: bool = True,  # only the main process writes (FSDP2: every rank writes its shards)
     wait=lambda: None,  # a barrier over ranks
 ) -> Path:
     "Write `checkpoints/step_NNNNNN` atomically (temporary folder + rename); return its path."
     root = Path(output_dir) / "checkpoints"
     final, tmp = root / f"step_{state['step']:06d}", root / f".tmp-step_{state['step']:06d}"
+    sharded = bool(fsdp_modules(model))
     wait()
     if is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp / "model")
-        processor.save_pretrained(tmp / "model")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")  # tensors and numbers: loads with weights_only=True
+    if sharded:
+        wait()  # the folder exists before any rank writes into it
+        save_sharded(tmp / "sharded", model, optimizer)  # model + optimizer shards (torch.distributed.checkpoint): exact resume
+    save_model_folder(model, tmp / "model", processor, is_main)  # FSDP2: gathered on rank 0, still an AutoModel folder
+    if is_main:
+        if not sharded: torch.save(optimizer.state_dict(), tmp / "optimizer.pt")  # tensors and numbers: loads with weights_only=True
         (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1, default=str))
         if final.exists(): shutil.rmtree(final)
@@ -255,7 +269,7 @@ def load_weights(model, folder: str | Path):
     return model
 
 def load_checkpoint(
-    model,  # the plain model, weights overwritten
+    model,  # the plain model, weights overwritten (or an FSDP2 root: its shards)
     optimizer,  # state overwritten
     scheduler,  # state overwritten
     output_dir: str | Path,  # run folder
@@ -269,6 +283,12 @@ def load_checkpoint(
     if contract_hash is not None and state.get("contract_hash") != contract_hash:
         raise ValueError(f"{ck}: made under video contract {state.get('contract_hash')}, this run uses {contract_hash}; "
                          "resume with the same media settings or start a new output_dir")
+    if fsdp_modules(model):  # FSDP2: every rank reads its own shards of the model and the optimizer
+        if not (ck / "sharded").exists(): raise ValueError(f"{ck}: no sharded/ state (a parallel=ddp checkpoint); resume with parallel=ddp")
+        load_sharded(ck / "sharded", model, optimizer)
+        scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
+        return state
+    if not (ck / "optimizer.pt").exists(): raise ValueError(f"{ck}: no optimizer.pt (a parallel=fsdp2 checkpoint); resume with parallel=fsdp2")
     load_weights(model, ck / "model")
     dev = next(model.parameters()).device
     try: opt_state = torch.load(ck / "optimizer.pt", map_location=dev, weights_only=True)
@@ -346,13 +366,14 @@ def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir
     "The rollout engine: `hf` generates with the training model itself; `vllm` loads a saved copy and is synced after updates."
     if name == "hf": return HFEngine(model, processor, shared_prefix=shared_prefix)
     if name == "vllm":
+        if fsdp_modules(model): raise ValueError("make_engine: the vLLM engine starts from the plain model, before `shard_fsdp2` (train does so)")
         folder = save_vlm(Path(workdir) / "vllm_init", model=model, processor=processor, overwrite=True)
         return VLLMEngine(folder)
     raise ValueError(f"engine {name!r}: use 'hf' or 'vllm'")
 
 def sync_engine(engine, model):
-    "Phase 8: push the updated weights into the engine (the HF engine shares the model: nothing to do)."
-    if hasattr(engine, "push_weights"): engine.push_weights(model)
+    "Phase 8: push the updated weights into the engine (the HF engine shares the model: nothing to do; FSDP2 shards are gathered)."
+    if hasattr(engine, "push_weights"): engine.push_weights(unwrap_vlm(model))  # transformers' names, not the root's
 
 # %% ../nbs/10_train.ipynb #59911e64
 def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
@@ -369,14 +390,23 @@ def rollout_gap(trainer_logp, mb: MicroBatch) -> torch.Tensor:
 
 def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
                 temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, count_mean=None,
-                agg: str = "token_mean", mask_truncated: bool = False, **step_kw) -> dict:
+                agg: str = "token_mean", mask_truncated: bool = False, rank_max=None, **step_kw) -> dict:
     "Phase 7: old / reference log-probs when needed, then `updates` optimizer steps of `grpo_step` over micro-batches."
+    # rank_max: FSDP2's equal work (`parallel.max_over_ranks`): every group in the same number of chunks on every rank, and as
+    # many micro-batches (zero-weight copies) as the busiest rank, so all ranks run the same collectives
     dev = prompts[0].input_ids.device  # the model's device (`load_prompts` put the prompts there)
     padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id, mask_truncated).items()} for g in groups]  # ids, mask (G, T), is_offline (G,), behaviour_logp
     sizes = [len(g) for g in groups]
     advs = list(torch.as_tensor(adv, dtype=torch.float32, device=dev).split(sizes))  # per group (G,)
-    mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], advs, micro_batch_size,
+    n_chunks = None
+    if rank_max is not None:  # chunks per group: what the largest group anywhere needs, at most the smallest group's size
+        n_chunks = min(rank_max(max(-(-n // micro_batch_size) for n in sizes)), -rank_max(-min(sizes)))
+        if n_chunks > 1 and -rank_max(-len(groups)) != rank_max(len(groups)):  # a padded one-chunk group would not match
+            raise RuntimeError(f"grpo_update: ranks hold different numbers of groups ({len(groups)} here) with {n_chunks} chunks each")
+    mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], advs, micro_batch_size, n_chunks,
                               is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
+    n_total = global_n_total(mbs, agg, count_mean)  # before padding (padding adds no token anyway)
+    if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))
     policy_fn, gaps = PrefixLogp(model, shared_prefix, temperature), []  # entropy is logged from the rollout instead
     def logp_fn(mb):  # the first pass over the micro-batches is at the rollout's weights: record the engine gap there
         lp = policy_fn(mb)  # (b, T)
@@ -389,7 +419,7 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
         ref_fn = PrefixLogp(ref_model, shared_prefix, temperature)
         with torch.no_grad():
             for mb in mbs: mb.ref_logp = ref_fn(mb)  # (b, T)
-    stats, n_total = {}, global_n_total(mbs, agg, count_mean)
+    stats = {}
     for _ in range(updates):
         stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg, n_total=n_total, **step_kw)
     stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
@@ -435,15 +465,17 @@ def batch_logp_fn(model, temperature: float = 1.0):
     return logp_fn
 
 def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None, agg: str = "token_mean",
-               answer_only: bool = False, **step_kw) -> dict:
+               answer_only: bool = False, rank_max=None, **step_kw) -> dict:
     "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
+    mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
+    n_total, n_real = global_n_total(mbs, agg, count_mean), len(mbs)  # the denominator before padding
+    if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))  # FSDP2: as many forwards as the busiest rank
     def recording(mb):
         lp = logp_fn(mb)  # (B, T)
-        nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())
+        if len(nll) < n_real: nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())  # padding (mask 0) not counted
         return lp
-    mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
-    stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=global_n_total(mbs, agg, count_mean), **step_kw)
+    stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=n_total, **step_kw)
     return dict(stats, nll=float(np.mean(nll)))
 
 # %% ../nbs/10_train.ipynb #84c24f72
@@ -451,10 +483,12 @@ def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: in
 def greedy_texts(model, processor, prompts, max_new_tokens: int, batch_size: int = 16) -> list[str]:
     "Greedy completions of many prompts, batched (left padded); with one completion per prompt there is no prefix to share."
     tok, out = processor.tokenizer, []
-    for s in range(0, len(prompts), batch_size):
-        b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left").to(model.device)
-        ids = model.generate(**b.model_kwargs(), max_new_tokens=max_new_tokens, do_sample=False)[:, b.input_ids.shape[1]:]
-        out += tok.batch_decode(ids, skip_special_tokens=True)
+    gen = lambda m, kw: m.generate(**kw, max_new_tokens=max_new_tokens, do_sample=False)
+    with gathered(model):  # FSDP2: every unit gathered once (every rank enters, even with no prompt); ranks stop at different lengths
+        for s in range(0, len(prompts), batch_size):
+            b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left").to(unwrap_vlm(model).device)
+            ids = call_vlm(model, gen, b.model_kwargs())[:, b.input_ids.shape[1]:]
+            out += tok.batch_decode(ids, skip_special_tokens=True)
     return out
 
 def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48,
@@ -671,9 +705,25 @@ def check_launch(env: dict, num_processes: int):
                            "--multi_gpu --num_processes N -m easyvideor1.train` (accelerate's FSDP plugin does not run on CPU)".replace("{n}", str(n)))
 
 # %% ../nbs/10_train.ipynb #3deb696d
+def _mesh(model):
+    "The device mesh an FSDP2 model is sharded over (its DTensor parameters')."
+    return next(p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh"))
+
+def _fresh_like(vlm):
+    "A new model of `vlm`'s class, config, dtype and device (random weights: load some into it)."
+    from transformers import AutoModelForImageTextToText
+    p = next(vlm.parameters())
+    with torch.device(p.device):
+        m = AutoModelForImageTextToText.from_config(vlm.config, dtype=p.dtype, attn_implementation=vlm.config._attn_implementation)
+    m.generation_config = copy.deepcopy(vlm.generation_config)
+    return m
+
 def frozen_copy(model):
-    "A frozen copy of the policy (the reference of the KL term)."
-    return copy.deepcopy(model).eval().requires_grad_(False)
+    "A frozen copy of the policy (the reference of the KL term); an FSDP2 root's copy is its own frozen sharded root (call on every rank)."
+    if not fsdp_modules(model): return copy.deepcopy(model).eval().requires_grad_(False)
+    ref = shard_fsdp2(_fresh_like(unwrap_vlm(model)).eval().requires_grad_(False), mesh=_mesh(model))
+    load_full_state_dict(ref, full_state_dict(model))  # gathered on rank 0, scattered into the reference's shards
+    return ref
 
 def reset_momentum(optimizer):
     "Zero AdamW's first moments, keep the second: no push from the past, and per-parameter step sizes that stay calibrated."
@@ -684,10 +734,10 @@ def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_mai
     "The hand-over from warm start to GRPO: momentum reset; with beta > 0 the reference frozen here (and saved for resume)."
     if reset: reset_momentum(optimizer)
     if beta <= 0: return None
+    tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
+    if is_main: shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, tmp, is_main=is_main)  # FSDP2: gathered on rank 0 (every rank calls)
     if is_main:
-        tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
         shutil.rmtree(ref_dir, ignore_errors=True)
         os.replace(tmp, ref_dir)
     wait()
@@ -696,7 +746,9 @@ def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_mai
 def load_reference(model, ref_dir: Path):
     "The reference a resumed run took at its hand-over (saved by `start_grpo`)."
     if not (ref_dir / "config.json").exists(): raise FileNotFoundError(f"{ref_dir}: no reference policy to resume with beta > 0")
-    return load_weights(frozen_copy(model), ref_dir)
+    if not fsdp_modules(model): return load_weights(frozen_copy(model), ref_dir)
+    ref = load_weights(_fresh_like(unwrap_vlm(model)), ref_dir).eval().requires_grad_(False)  # every rank reads the folder
+    return shard_fsdp2(ref, mesh=_mesh(model))
 
 # %% ../nbs/10_train.ipynb #f490dfdd
 def collapse_signs(rows: list[dict], max_new_tokens: int) -> dict[str, str]:
@@ -720,11 +772,10 @@ def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best
     now = dict(step=step, val_accuracy=val["all"]["accuracy"], val=val)
     if best is not None and now["val_accuracy"] < best["val_accuracy"]: return best  # same decision on every rank
     wait()
+    tmp, path = out / ".tmp-best", out / "best"
+    if is_main: shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, tmp, processor, is_main)  # FSDP2: gathered on rank 0 (every rank calls)
     if is_main:
-        tmp, path = out / ".tmp-best", out / "best"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
         (tmp / "best.json").write_text(json.dumps(now, indent=1))
         shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)
@@ -736,13 +787,19 @@ def train(cfg: TrainConfig) -> dict:
     "Run the configured training; return the final held-out table per problem type."
     from accelerate import Accelerator
     from accelerate.utils import gather_object
+    import torch.distributed as dist
+    if cfg.parallel not in ("ddp", "fsdp2"): raise ValueError(f"config: parallel={cfg.parallel!r}: use 'ddp' or 'fsdp2'")
     out = Path(cfg.output_dir); out.mkdir(parents=True, exist_ok=True)
     acc = Accelerator(log_with="tensorboard" if cfg.tensorboard else None, project_dir=str(out))
     rank, world, main, wait = acc.process_index, acc.num_processes, acc.is_main_process, acc.wait_for_everyone
     check_launch(os.environ, world)
     if acc.distributed_type.name == "FSDP":
         raise ValueError("accelerate's FSDP plugin is not used by this trainer (it never runs on CPU, so it is untested): launch "
-                         "with a data-parallel accelerate config (configs/accelerate/ddp.yaml)")
+                         "with a data-parallel accelerate config (configs/accelerate/ddp.yaml, or configs/accelerate/fsdp2.yaml "
+                         "with parallel=fsdp2 for the trainer's own FSDP2)")
+    fsdp2 = cfg.parallel == "fsdp2"
+    own_group = fsdp2 and not dist.is_initialized()  # one process: FSDP2 over a one-rank group of its own
+    if own_group: dist.init_process_group("nccl" if acc.device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     if cfg.prompts_per_step % world: raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
     # --- setup: data, contracts, processor, model, optimizer, engine
     train_file, val_file, eval_file = prepare_data(cfg, main, wait)
@@ -762,13 +819,18 @@ def train(cfg: TrainConfig) -> dict:
     check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
-    if cfg.gradient_checkpointing: enable_checkpointing(model)  # every vision block and decoder layer; the prefix caches survive it
-    model.train()
+    engine = make_engine("vllm", model, processor, cfg.shared_prefix, out) if cfg.engine == "vllm" else None  # from the plain model
+    if fsdp2:  # fully_shard every vision block and decoder layer, then the root that every model call goes through
+        from torch.distributed.device_mesh import init_device_mesh
+        policy = shard_fsdp2(model, mesh=init_device_mesh(acc.device.type, (world,)))
+    else: policy = model  # the plain model: gradients are averaged by all_reduce_grads, checkpoints written by the main process
+    if cfg.gradient_checkpointing: enable_checkpointing(model)  # every vision block and decoder layer (after sharding: FSDP2's hooks outside)
+    policy.train()
     betas = tuple(float(b) for b in cfg.betas.split(","))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)  # FSDP2: over the shards
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))  # stepped once a step on every rank: one schedule for any world size
-    policy = model  # the plain model: gradients are averaged by all_reduce_grads, checkpoints written by the main process
-    reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 else None
+    reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 and not fsdp2 else None  # FSDP2 reduce-scatters in backward
+    rank_max = max_over_ranks if fsdp2 else None  # FSDP2: equal chunks and micro-batch counts on every rank
     def all_reduce(x, op: str):  # over ranks, in float64
         import torch.distributed as dist
         t = torch.as_tensor(x, dtype=torch.float64, device=acc.device).clone()
@@ -777,7 +839,7 @@ def train(cfg: TrainConfig) -> dict:
     count_mean = (lambda n: float(all_reduce([n], "SUM")[0]) / world) if world > 1 else None  # global denominators
     rank_min = (lambda n: int(all_reduce([n], "MIN")[0])) if world > 1 else None  # dynamic sampling stops on every rank together
     stats_reduce = (lambda s: all_reduce(s, "SUM")) if world > 1 else None  # batch-normalised advantages: global statistics
-    engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
+    if engine is None: engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)  # hf: the root itself
     tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
     eval_prompts = {k: load_prompts(v, processor, vc, ic, cache, acc.device)[0] for k, v in splits.items()}
@@ -825,7 +887,8 @@ def train(cfg: TrainConfig) -> dict:
         def draw(d):  # phases 1-5 of the d-th draw of this step's prompts (d > 0 only with dynamic sampling)
             b = batch if d == 0 else [pool[i] for i in shard(extra_prompts(len(pool), step, d, n_prompts, cfg.seed), rank, world)]
             p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, acc.device)
-            return draw_groups(engine, b, p, rp, offline_groups(b, tok, cfg.max_new_tokens), sampling, cfg, step, rank, t, d)
+            with torch.no_grad(), gathered(policy) if cfg.engine == "hf" else contextlib.nullcontext():  # FSDP2: one gathering
+                return draw_groups(engine, b, p, rp, offline_groups(b, tok, cfg.max_new_tokens), sampling, cfg, step, rank, t, d)
         if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
         else:
             first, trained, counts = collect_groups(draw, len(batch), cfg.dynamic_sampling, cfg.max_extra_draws, rank_min)  # phases 3-5
@@ -837,13 +900,13 @@ def train(cfg: TrainConfig) -> dict:
                        count_mean=count_mean)
         signal = None if sft else row["groups"] - row["zero_var_groups"]  # groups whose rewards differ: the only source of gradient
         if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
-        if sft: st = sft_update(model, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
-                                answer_only=step < cfg.sft_answer_steps, **step_kw)
+        if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
+                                answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, **step_kw)
         elif signal == 0: st = dict(no_signal=1)  # every group agrees: no gradient, and momentum alone must not move the policy
-        else: st = dict(grpo_update(model, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
+        else: st = dict(grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
                                     pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,
                                     updates=cfg.updates_per_batch, offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta,
-                                    kl_kind=cfg.kl_kind, mask_truncated=cfg.mask_truncated, **step_kw), no_signal=0)  # phase 7
+                                    kl_kind=cfg.kl_kind, mask_truncated=cfg.mask_truncated, rank_max=rank_max, **step_kw), no_signal=0)  # phase 7
         scheduler.step(); t["update"] = time.time() - t0
         t0 = time.time(); sync_engine(engine, policy); t["sync"] = time.time() - t0                              # phase 8
         row.update(step=step, lr=scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
@@ -877,13 +940,15 @@ def train(cfg: TrainConfig) -> dict:
         (out / "final.md").write_text(md + "\n")
         print(md)
     acc.end_training()
+    if own_group and dist.is_initialized(): dist.destroy_process_group()  # (accelerate's end_training may have done it)
     return final
 
 # %% ../nbs/10_train.ipynb #035a931b
 def write_param_digest(model, path: Path) -> str:
-    "sha256 of every parameter's bytes in name order (ranks of a data-parallel run must agree)."
+    "sha256 of every parameter's bytes in name order (ranks of a data-parallel run must agree; FSDP2: of the gathered full tensors)."
     h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
+    sd = full_state_dict(model, rank0_only=False) if fsdp_modules(model) else model.state_dict()  # FSDP2: a collective
+    for name, p in sorted(sd.items()):
         h.update(name.encode()); h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
     Path(path).write_text(h.hexdigest() + "\n")
     return h.hexdigest()

@@ -925,7 +925,7 @@ def train(cfg: TrainConfig) -> dict:
         if not done and (step + 1 == cfg.sft_steps or (not sft and cfg.eval_every and grpo_done % cfg.eval_every == 0)):
             evaluate_and_keep(step + 1)  # where the warm start hands over to GRPO, then every eval_every GRPO steps
         if done: break
-        if cfg.save_every and (step + 1) % cfg.save_every == 0: save(step + 1)
+        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.sft_steps: save(step + 1)  # and at the hand-over: GRPO variants resume from it
     end = step + 1 if total > start else start
     final = evaluate_and_keep(end)["test"]
     if end > start: save(end)  # after the last evaluation, so the checkpoint knows the best step

@@ -756,7 +756,7 @@ def collapse_signs(rows: list[dict], max_new_tokens: int) -> dict[str, str]:
     g = [r for r in rows if r.get("phase") == "grpo"]
     if not g: return {}
     last, signs = g[-1], {}
-    if last["response_len"] >= 0.75 * max_new_tokens:
+    if last["response_len"] >= 0.75 * max_new_tokens and min(r["response_len"] for r in g) < 0.5 * max_new_tokens:  # it was short once
         signs["length"] = f"mean response length {last['response_len']:.1f} of a {max_new_tokens}-token budget"
     if (top := max(r["format"] for r in g)) >= 0.9 and last["format"] < 0.5:
         signs["format"] = f"the format reward fell to {last['format']:.2f} (it was {top:.2f})"

@@ -40,7 +40,8 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
 def test_cli_help_lists_every_config_key():
     out = subprocess.run([sys.executable, "-m", "easyvideor1.train", "--help"], capture_output=True, text=True, env=_env())
     assert out.returncode == 0, out.stderr
-    for key in ("group_size", "offline_mode", "max_steps", "output_dir", "save_every"):
+    for key in ("group_size", "offline_mode", "max_steps", "output_dir", "save_every", "dynamic_sampling", "mask_truncated",
+                "overlong_buffer", "overlong_penalty", "dual_clip", "parallel", "reset_momentum", "strict_data"):
         assert f"  {key} (" in out.stdout
 
 

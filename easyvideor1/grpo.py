@@ -39,7 +39,8 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         B, T, V = logits.shape
         out, lse = logits.new_empty(B, T, dtype=torch.float32), logits.new_empty(B, T, dtype=torch.float32)
         for sb, st in _chunks(B, T, V, chunk_elems):
-            z = logits[sb, st].float() / temperature  # (b, t, V)
+            z = logits[sb, st].float()  # (b, t, V); no copy when the logits are float32
+            if temperature != 1.0: z = z / temperature
             lse[sb, st] = z.logsumexp(-1)
             out[sb, st] = z.gather(-1, ids[sb, st, None]).squeeze(-1) - lse[sb, st]
         ctx.save_for_backward(logits, ids, lse)
@@ -49,12 +50,16 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         logits, ids, lse = ctx.saved_tensors
-        grad = torch.empty_like(logits)  # (B, T, V) in the logits' dtype
-        for sb, st in _chunks(*logits.shape, ctx.chunk_elems):
-            z = logits[sb, st].float() / ctx.temperature  # (b, t, V)
-            d = -(z - lse[sb, st, None]).exp() * g[sb, st, None]  # -softmax * g
-            d.scatter_add_(-1, ids[sb, st, None], g[sb, st, None])  # + 1[v = y] * g
-            grad[sb, st] = d / ctx.temperature
+        tau, chunks = ctx.temperature, list(_chunks(*logits.shape, ctx.chunk_elems))
+        grad = None if len(chunks) == 1 else torch.empty_like(logits)  # (B, T, V) in the logits' dtype
+        for sb, st in chunks:  # three passes over each chunk: z - lse, exp and scale in place, scatter
+            gt = g[sb, st, None] / tau  # (b, t, 1)
+            d = torch.sub(logits[sb, st].float(), lse[sb, st, None] * tau)  # (b, t, V): tau * (z / tau - lse)
+            if tau != 1.0: d.div_(tau)
+            d.exp_().mul_(-gt)  # -softmax * g / tau
+            d.scatter_add_(-1, ids[sb, st, None], gt)  # + 1[v = y] * g / tau
+            if grad is None: return d.to(logits.dtype), None, None, None
+            grad[sb, st] = d
         return grad, None, None, None
 
 # %% ../nbs/06_grpo.ipynb #b915a08c

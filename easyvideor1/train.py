@@ -827,7 +827,8 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.gradient_checkpointing: enable_checkpointing(model)  # every vision block and decoder layer (after sharding: FSDP2's hooks outside)
     policy.train()
     betas = tuple(float(b) for b in cfg.betas.split(","))
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)  # FSDP2: over the shards
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
+                                  fused=True)  # one kernel per step (6x faster on CPU, bench/optimizer.py); FSDP2: over the shards
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))  # stepped once a step on every rank: one schedule for any world size
     reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 and not fsdp2 else None  # FSDP2 reduce-scatters in backward
     rank_max = max_over_ranks if fsdp2 else None  # FSDP2: equal chunks and micro-batch counts on every rank

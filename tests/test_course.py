@@ -10,7 +10,9 @@ Exercises follow one layout, checked here:
 - a code cell starting `# Exercise N: ...` that the student fills (it runs as shipped: a stub returns None);
 - a code cell starting `# Check N` that prints `Exercise N: not done yet` for the stub and asserts otherwise,
   printing `Exercise N: correct`;
-- a markdown cell `<details><summary>Solution N</summary>` with the solution in a ```python block.
+- a markdown cell `<details><summary>Solution N</summary>` with the solution in a ```python block;
+- "Try it" predictions: `<details><summary>What you should see</summary>` with the expected observation and a
+  ```python block that asserts it (run here after the notebook, so a prediction that stops being true fails).
 """
 from __future__ import annotations
 
@@ -33,7 +35,13 @@ CELL_TIMEOUT = 240  # s per cell: a hang guard only (the slowest lesson cell tak
 EXERCISE = re.compile(r"\A# Exercise (\d+):")
 CHECK = re.compile(r"\A# Check (\d+)\b")
 SOLUTION = re.compile(r"<details>\s*<summary>Solution (\d+)</summary>(.*?)</details>", re.S)
+TRY = re.compile(r"<details>\s*<summary>What you should see</summary>(.*?)</details>", re.S)
 CODE = re.compile(r"```python\n(.*?)```", re.S)
+
+
+def tries(nb) -> list[str]:
+    "The asserting code of every 'Try it' answer of a notebook."
+    return [c[1] for cell in nb.cells if cell.cell_type == "markdown" for m in TRY.finditer(cell.source) for c in CODE.finditer(m[1])]
 
 
 def exercises(nb) -> dict[int, dict]:
@@ -71,6 +79,7 @@ def run_as_student(name: str, with_solutions: bool = True) -> tuple[nbformat.Not
             nb.cells.append(nbformat.v4.new_code_cell(ex[k]["solution"]))
             nb.cells.append(nbformat.v4.new_code_cell(nb.cells[ex[k]["check"]].source))
             ex[k]["solved_check"] = len(nb.cells) - 1
+        nb.cells += [nbformat.v4.new_code_cell(code) for code in tries(nb)]
     km = KernelManager(kernel_name="python3")
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(NBS)}})
@@ -95,6 +104,7 @@ def test_lesson_has_summary_and_checked_exercises(name):
     assert any(h.startswith("## What you learned") for h in heads), f"{name}: no '## What you learned' section"
     ex = exercises(nb)
     assert any("check" in e for e in ex.values()), f"{name}: no exercise with a check cell"
+    assert tries(nb), f"{name}: no 'Try it' with an asserted answer"
     for k, e in ex.items():
         assert {"exercise", "check", "solution"} <= set(e), f"{name}: exercise {k} has only {sorted(e)}"
         assert e["exercise"] < e["check"], f"{name}: Check {k} comes before Exercise {k}"

@@ -70,7 +70,6 @@ def student_env() -> dict:
 
 def run_as_student(name: str, with_solutions: bool = True) -> tuple[nbformat.NotebookNode, dict, float]:
     "Execute `nbs/<name>` in a fresh kernel (cwd nbs/), then each solution + its check again; (notebook, exercises, s)."
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     nb = nbformat.read(NBS / name, as_version=4)
     ex = exercises(nb)
@@ -80,11 +79,10 @@ def run_as_student(name: str, with_solutions: bool = True) -> tuple[nbformat.Not
             nb.cells.append(nbformat.v4.new_code_cell(nb.cells[ex[k]["check"]].source))
             ex[k]["solved_check"] = len(nb.cells) - 1
         nb.cells += [nbformat.v4.new_code_cell(code) for code in tries(nb)]
-    km = KernelManager(kernel_name="python3")
-    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(NBS)}})
     t = time.perf_counter()
-    client.execute(env=student_env())
+    client.execute(env=student_env())  # the client owns the kernel: shut down when the notebook is done
     return nb, ex, time.perf_counter() - t
 
 

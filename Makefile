@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-main test-vllm install vllm-install
+.PHONY: demo test test-main test-vllm install vllm-install docs
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ $(VENV)/.installed: setup.py settings.ini
 # The main job on its embedded default (configs/tiny-cpu.yaml): synthetic suite + training on CPU.
 demo: install
 	$(BIN)/python -m easyvideor1.train
+
+# The course as an offline HTML site (local MathJax, no CDN): build/docs/index.html
+docs: install
+	$(BIN)/python docs/build.py build/docs
 
 # Every test: package in sync with the notebooks, notebooks clean, notebook lessons, pytest, then
 # the real vLLM engine (CPU build) in its own virtualenv.

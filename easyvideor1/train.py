@@ -36,11 +36,12 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'TrainConfig', 'config_help', 'load_confi
            'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'sample_prompts',
            'shard', 'load_prompts', 'replay_rows', 'offline_groups', 'score_extras', 'score_groups', 'mix_offline',
            'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update',
-           'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts', 'evaluate_split',
-           'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts',
-           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
-           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
-           'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
+           'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'option_swaps', 'option_targets',
+           'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves',
+           'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
+           'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
+           'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train',
+           'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -55,7 +56,7 @@ class TrainConfig:
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS  # a longer question (with options) is an invalid row
     synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
     synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
-    synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}})  # generator keywords per task
+    synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}, "direction": {"square": 32}})  # generator keywords per task (a 32 px square: the warm start learns direction in ~60 steps on every seed measured, a 16 px one took 150 to over 220)
     synthetic_n: int = 1000  # synthetic training samples per task
     synthetic_test_n: int = 64  # synthetic held-out samples per task
     synthetic_val_n: int = 32  # synthetic validation samples per task (0: no validation split)
@@ -90,12 +91,12 @@ class TrainConfig:
     clip_low: float = 0.2  # PPO lower clip
     clip_high: float = 0.28  # PPO upper clip
     dual_clip: float = 0.0  # PPO dual-clip constant c > 1 for negative advantages (0: off)
-    beta: float = 0.0  # KL coefficient (0: no reference model)
+    beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
     kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
+    dynamic_sampling: bool = True  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
     max_extra_draws: int = 3  # dynamic sampling: extra draws per step at most (zero-variance groups then fill the rest)
     mask_truncated: bool = False  # DAPO: completions cut at max_new_tokens get no loss
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_new_tokens (0: off)
@@ -109,8 +110,9 @@ class TrainConfig:
     # --- optimisation
     lr: float = 5e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
-    sft_steps: int = 320  # supervised warm-start steps on offline trajectories before GRPO
-    sft_answer_steps: int = 220  # the first warm-start steps train only the tokens of the <answer> content
+    sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
+    sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
+    sft_option_smoothing: float = 0.0  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
@@ -118,13 +120,13 @@ class TrainConfig:
     lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 50  # GRPO steps
+    max_steps: int = 40  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between log lines
-    eval_every: int = 25  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
+    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
     eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
@@ -192,6 +194,7 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
     **{k: _at_least(0, strict=True) for k in ("temperature", "lr", "sft_lr", "max_grad_norm", "video_fps", "video_min_pixels",
                                               "video_max_pixels", "image_min_pixels", "image_max_pixels")},
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
     "engine": _choices("hf", "vllm"), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
 }
@@ -465,18 +468,59 @@ def batch_logp_fn(model, temperature: float = 1.0):
     return logp_fn
 
 def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None, agg: str = "token_mean",
-               answer_only: bool = False, rank_max=None, **step_kw) -> dict:
+               answer_only: bool = False, rank_max=None, samples=None, smoothing: float = 0.0, **step_kw) -> dict:
     "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
     mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
+    alts = {id(mb): option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size], processor.tokenizer,
+                                   mb.mask.shape[1], smoothing)
+            for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if smoothing > 0 else {}
     n_total, n_real = global_n_total(mbs, agg, count_mean), len(mbs)  # the denominator before padding
     if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))  # FSDP2: as many forwards as the busiest rank
     def recording(mb):
-        lp = logp_fn(mb)  # (B, T)
+        if id(mb) in alts: lp, lp_alt = smoothed_logp(model, mb, *alts[id(mb)])  # (B, T) each
+        else: lp = lp_alt = logp_fn(mb)
         if len(nll) < n_real: nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())  # padding (mask 0) not counted
-        return lp
+        return lp_alt
     stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=n_total, **step_kw)
     return dict(stats, nll=float(np.mean(nll)))
+
+# %% ../nbs/10_train.ipynb #476ded76
+def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[int, int]]:
+    "(position, token id) where the trajectory would first differ with each other multiple-choice letter as its answer."
+    span = answer_span(traj.text)
+    letters = [m[1] for o in options if (m := re.match(r"\s*\(?([A-Z])[.)]", o))]
+    if span is None or traj.text[span[0]:span[1]].strip() not in letters: return []
+    a, b = span
+    n = len(tokenizer(traj.text, add_special_tokens=False)["input_ids"])
+    out = []
+    for l in letters:
+        if l == traj.text[a:b].strip(): continue
+        ids = tokenizer(traj.text[:a] + l + traj.text[b:], add_special_tokens=False)["input_ids"] + list(traj.ids[n:])
+        j = next((k for k, (x, y) in enumerate(zip(ids, traj.ids)) if x != y), None)  # the shared prefix ends here
+        if j is not None: out.append((j, ids[j]))
+    return out
+
+def option_targets(trajs, samples, tokenizer, T: int, smoothing: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    "Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1) there."
+    swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
+    K = max((len(s) for s in swaps), default=0)
+    ids = [torch.zeros(len(trajs), T, dtype=torch.long) for _ in range(K)]
+    w = [torch.zeros(len(trajs), T) for _ in range(K)]
+    for i, (t, sw) in enumerate(zip(trajs, swaps)):
+        for k, (j, tok) in enumerate(sw):
+            pos = T - len(t.ids) + j  # completions sit at the right end (left padding)
+            ids[k][i, pos], w[k][i, pos] = tok, smoothing / (1 - smoothing) / len(sw)
+    return ids, w
+
+def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: list[torch.Tensor], temperature: float = 1.0):
+    "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters' positions), one forward."
+    T = mb.mask.shape[1]
+    logits = forward_vlm(model, mb.inputs, logits_to_keep=T + 1).logits[:, :-1]  # (B, T, V)
+    lp = token_logprobs(logits, mb.inputs.input_ids[:, -T:], temperature)  # (B, T)
+    extra = sum((w.to(lp.device) * token_logprobs(logits, i.to(lp.device), temperature) for i, w in zip(alt_ids, alt_w)),
+                torch.zeros_like(lp))
+    return lp, lp + extra  # at ratio 1 the surrogate's gradient is that of -(log p(y) + w log p(y')): cross-entropy with smoothing
 
 # %% ../nbs/10_train.ipynb #84c24f72
 @torch.no_grad()
@@ -902,7 +946,8 @@ def train(cfg: TrainConfig) -> dict:
         signal = None if sft else row["groups"] - row["zero_var_groups"]  # groups whose rewards differ: the only source of gradient
         if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
         if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
-                                answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, **step_kw)
+                                answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, samples=batch,
+                                smoothing=cfg.sft_option_smoothing, **step_kw)
         elif signal == 0: st = dict(no_signal=1)  # every group agrees: no gradient, and momentum alone must not move the policy
         else: st = dict(grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
                                     pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,

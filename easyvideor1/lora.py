@@ -43,10 +43,13 @@ def has_adapters(model) -> bool:
     "Whether `model` carries LoRA layers."
     return any(isinstance(m, LoraLayer) for m in model.modules())
 
-def apply_lora(model, rank: int, alpha: float = 32.0, dropout: float = 0.0, target: str = LORA_TARGET):
+def apply_lora(model, rank: int, alpha: float = 32.0, dropout: float = 0.0, target: str = LORA_TARGET,
+               seed: int = 0):  # seeds A's random init (the global RNG is left alone): every rank and every resumed run start alike
     "Inject LoRA layers into `model` in place (B = 0: the same function as before) and freeze every other parameter; returns `model`."
     if has_adapters(model): raise ValueError("apply_lora: the model already carries LoRA layers")
-    inject_adapter_in_model(lora_config(rank, alpha, dropout, target), model)  # PEFT: no match is an error naming the target
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        inject_adapter_in_model(lora_config(rank, alpha, dropout, target), model)  # PEFT: no match is an error naming the target
     return model
 
 # %% ../nbs/09b_lora.ipynb #f1161154

@@ -113,12 +113,22 @@ def test_two_process_ddp_lora_run(tmp_path):
     assert (ck / "adapter" / "base.sha256").read_text().strip() == _base_digest()
 
 
-def test_fsdp2_lora_on_one_process_matches_the_plain_run(lora_runs, tmp_path):
-    "parallel=fsdp2 (a one-rank group) with gradient checkpointing: the LoRA run's numbers are the plain run's; the adapter is saved gathered."
-    out = tmp_path / "fsdp2"
+FSDP1 = dict(TINY, parallel="fsdp2", gradient_checkpointing=True)
+
+
+@pytest.fixture(scope="module")
+def fsdp2_run(lora_runs, tmp_path_factory):
+    "The LoRA run under parallel=fsdp2 on one process (a one-rank group), with gradient checkpointing."
+    out = tmp_path_factory.mktemp("fsdp2") / "full"
     out.mkdir()
     os.symlink(lora_runs[0] / "suite", out / "suite")
-    train(load_config(overrides=dict(TINY, output_dir=str(out), max_steps=2, parallel="fsdp2", gradient_checkpointing=True)))
+    train(load_config(overrides=dict(FSDP1, output_dir=str(out), max_steps=2)))
+    return out
+
+
+def test_fsdp2_lora_on_one_process_matches_the_plain_run(lora_runs, fsdp2_run):
+    "parallel=fsdp2 (a one-rank group) with gradient checkpointing: the LoRA run's numbers are the plain run's; the adapter is saved gathered."
+    out = fsdp2_run
     a, b = read_jsonl(lora_runs[0] / "metrics.jsonl"), read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in b] == [0, 1, 2]
     for x, y in zip(a, b):
@@ -167,3 +177,18 @@ def test_sync_weights_are_a_plain_state_dict():
     assert changed and all("language_model.layers" in k and k.endswith("proj.weight") for k in changed)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # out of place: nothing written
     assert base_digest(model) == base_digest(qwen_vlm("qwen2_5_vl", "tiny", seed=0))
+
+
+def test_fsdp2_lora_resume_is_exact(fsdp2_run, tmp_path):
+    "FSDP2: stopped after the hand-over, resumed from the sharded state with the reference adapters cut into shards: the same run."
+    part = tmp_path / "part"
+    part.mkdir()
+    os.symlink(fsdp2_run / "suite", part / "suite")
+    train(load_config(overrides=dict(FSDP1, output_dir=str(part), max_steps=1)))
+    train(load_config(overrides=dict(FSDP1, output_dir=str(part), max_steps=2, resume=True)))
+    a, b = read_jsonl(fsdp2_run / "metrics.jsonl"), read_jsonl(part / "metrics.jsonl")
+    assert [m["step"] for m in b] == [0, 1, 2]
+    for x, y in zip(a, b):
+        for k in KEYS:
+            if k in x: assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-6), (x["step"], k)
+    assert (fsdp2_run / "params_rank0.sha256").read_text() == (part / "params_rank0.sha256").read_text()

@@ -17,6 +17,8 @@ from tqdm.auto import tqdm
 
 from .cache import FrameCache, atomic_write_text
 from .data import collate, call_vlm, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
+from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
+                              reference_model, save_adapter, save_merged)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
                               loss_denominator, overlong_penalty, token_logprobs)
 from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
@@ -66,6 +68,10 @@ class TrainConfig:
     model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
     dtype: str = "float32"  # float32 or bfloat16
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
+    lora_rank: int = 0  # LoRA rank of the adapters PEFT trains (0: full fine-tuning, every weight trained)
+    lora_alpha: float = 32.0  # LoRA scale numerator: the update is (lora_alpha / lora_rank) B A
+    lora_dropout: float = 0.0  # dropout on the adapters' input (0: log-prob passes at one set of weights agree exactly)
+    lora_target: str = LORA_TARGET  # regex over whole module names of the adapted layers (default: the language model's attention and MLP; the vision tower stays frozen)
     parallel: str = "ddp"  # ddp (plain model, one flat gradient all-reduce) or fsdp2 (torch fully_shard per vision block / decoder layer + root; accelerate only launches)
     # --- media budgets (separate for videos and images)
     video_fps: float = 2.0  # frames sampled per second of video
@@ -192,7 +198,8 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
                                  "eval_n", "save_every", "keep_checkpoints", "max_extra_draws", "overlong_buffer", "synthetic_val_n",
                                  "offline_per_group", "beta", "weight_decay", "max_minutes", "clip_low", "clip_high", "video_total_pixels")},
     **{k: _at_least(0, strict=True) for k in ("temperature", "lr", "sft_lr", "max_grad_norm", "video_fps", "video_min_pixels",
-                                              "video_max_pixels", "image_min_pixels", "image_max_pixels")},
+                                              "video_max_pixels", "image_min_pixels", "image_max_pixels", "lora_alpha")},
+    "lora_rank": _at_least(0), "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
@@ -205,6 +212,8 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
         if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
     if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
         raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
+    if cfg.lora_rank and cfg.engine == "vllm":  # the sync must push merged weights: `lora.merged_state_items` (not wired yet)
+        raise ValueError("config: lora_rank > 0 with engine='vllm' is not wired yet (the weight sync must push lora.merged_state_items); use engine='hf'")
     if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
     return cfg
 
@@ -225,6 +234,7 @@ def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
 # %% ../nbs/10_train.ipynb #ab057be5
 def save_model_folder(model, folder: str | Path, processor=None, is_main: bool = True):
     "A transformers model folder (and the processor) written by the main process; an FSDP2 model is gathered first (call it on every rank)."
+    if has_adapters(model): return save_merged(model, folder, processor, is_main)  # LoRA: the adapters merged in (`09b_lora`)
     sd = full_state_dict(model) if fsdp_modules(model) else None  # a collective: full tensors on rank 0, {} elsewhere
     if is_main:
         unwrap_vlm(model).save_pretrained(folder, **({} if sd is None else dict(state_dict=sd)))
@@ -252,7 +262,8 @@ def save_checkpoint(
     if sharded:
         wait()  # the folder exists before any rank writes into it
         save_sharded(tmp / "sharded", model, optimizer)  # model + optimizer shards (torch.distributed.checkpoint): exact resume
-    save_model_folder(model, tmp / "model", processor, is_main)  # FSDP2: gathered on rank 0, still an AutoModel folder
+    if has_adapters(model): save_adapter(model, tmp / "adapter", processor, is_main)  # LoRA: PEFT's format + the base's digest
+    else: save_model_folder(model, tmp / "model", processor, is_main)  # FSDP2: gathered on rank 0, still an AutoModel folder
     if is_main:
         if not sharded: torch.save(optimizer.state_dict(), tmp / "optimizer.pt")  # tensors and numbers: loads with weights_only=True
         (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
@@ -292,7 +303,10 @@ def load_checkpoint(
         scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
         return state
     if not (ck / "optimizer.pt").exists(): raise ValueError(f"{ck}: no optimizer.pt (a parallel=fsdp2 checkpoint); resume with parallel=fsdp2")
-    load_weights(model, ck / "model")
+    if has_adapters(model) != (ck / "adapter").exists():
+        raise ValueError(f"{ck}: a {'LoRA' if (ck / 'adapter').exists() else 'full fine-tuning'} checkpoint; resume with the same lora_rank")
+    if has_adapters(model): load_adapter(model, ck / "adapter")  # the base was rebuilt; its digest is checked
+    else: load_weights(model, ck / "model")
     dev = next(model.parameters()).device
     try: opt_state = torch.load(ck / "optimizer.pt", map_location=dev, weights_only=True)
     except Exception as e:  # weights_only refuses anything but tensors and plain containers
@@ -419,8 +433,8 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
         with torch.no_grad():
             for mb in mbs: mb.old_logp = logp_fn(mb)  # (b, T) the policy before this batch's updates
     if ref_model is not None:
-        ref_fn = PrefixLogp(ref_model, shared_prefix, temperature)
-        with torch.no_grad():
+        with torch.no_grad(), reference_model(ref_model) as ref:  # LoRA: the policy with the hand-over adapters swapped in
+            ref_fn = PrefixLogp(ref, shared_prefix, temperature)
             for mb in mbs: mb.ref_logp = ref_fn(mb)  # (b, T)
     stats = {}
     for _ in range(updates):
@@ -778,6 +792,7 @@ def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_mai
     "The hand-over from warm start to GRPO: momentum reset; with beta > 0 the reference frozen here (and saved for resume)."
     if reset: reset_momentum(optimizer)
     if beta <= 0: return None
+    if has_adapters(model): return lora_reference(model, ref_dir, is_main, wait)  # LoRA: these adapters swapped in, no second model
     tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
     if is_main: shutil.rmtree(tmp, ignore_errors=True)
     save_model_folder(model, tmp, is_main=is_main)  # FSDP2: gathered on rank 0 (every rank calls)
@@ -789,6 +804,7 @@ def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_mai
 
 def load_reference(model, ref_dir: Path):
     "The reference a resumed run took at its hand-over (saved by `start_grpo`)."
+    if has_adapters(model): return load_lora_reference(model, ref_dir)
     if not (ref_dir / "config.json").exists(): raise FileNotFoundError(f"{ref_dir}: no reference policy to resume with beta > 0")
     if not fsdp_modules(model): return load_weights(frozen_copy(model), ref_dir)
     ref = load_weights(_fresh_like(unwrap_vlm(model)), ref_dir).eval().requires_grad_(False)  # every rank reads the folder
@@ -864,6 +880,7 @@ def train(cfg: TrainConfig) -> dict:
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
     engine = make_engine("vllm", model, processor, cfg.shared_prefix, out) if cfg.engine == "vllm" else None  # from the plain model
+    if cfg.lora_rank: apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target, cfg.seed)  # PEFT adapters; the rest frozen
     if fsdp2:  # fully_shard every vision block and decoder layer, then the root that every model call goes through
         from torch.distributed.device_mesh import init_device_mesh
         policy = shard_fsdp2(model, mesh=init_device_mesh(acc.device.type, (world,)))

@@ -227,13 +227,13 @@ def test_code_rows_pass_their_tests_to_the_scorer():
 
 
 def _letter_prob(smoothing: float, suite: Path, steps: int = 40) -> float:
-    "Warm-start a tiny model on 2 fixed direction clips (answer tokens only); (p(answer letter), p(other letter)) there."
+    "Warm-start a tiny model on one direction clip (answer tokens only); (p(answer letter), p(other letter)) there."
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
     from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups, option_targets, sft_update, smoothed_logp, sft_micro_batches
     torch.manual_seed(0)
-    samples = [s for s in read_samples(suite / "suite" / "train.jsonl") if s.has_offline][:2]
+    samples = [s for s in read_samples(suite / "suite" / "train.jsonl") if s.has_offline][:1] * 2  # one clip: nothing to discriminate
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
     vc, ic = contracts(TrainConfig(), "qwen2_5_vl")
     prompts, _ = load_prompts(samples, proc, vc, ic)
@@ -245,11 +245,11 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40) -> float:
     ids, w = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5)  # w = 1 where the other letter goes
     with torch.no_grad(): lp, both = smoothed_logp(model, mb, ids, w)
     p_alt = ((both - lp).exp() * mb.mask).sum() / mb.mask.sum()  # w = 1: both - lp = log p(other letter)
-    return float((lp.exp() * mb.mask).sum() / mb.mask.sum()), float(p_alt)  # mean over the two clips
+    return float((lp.exp() * mb.mask).sum() / mb.mask.sum()), float(p_alt)
 
 
 def test_option_smoothing_keeps_the_other_letters_alive(tiny_suite):
     "Plain cross-entropy drives p(answer) to ~1; with smoothing eps the optimum is 1 - eps (the policy still samples the others)."
     (p, q), (ps, qs) = _letter_prob(0.0, tiny_suite), _letter_prob(0.3, tiny_suite)
     assert p > 0.95 and q < 0.01, (p, q)
-    assert ps < 0.8 and 0.3 < qs / ps < 0.6, (ps, qs)  # the optimum: p(other) / p(answer) = eps / (1 - eps) = 0.43
+    assert abs(ps - 0.7) < 0.08 and abs(qs - 0.3) < 0.08, (ps, qs)  # the optimum: p(answer) = 1 - eps, p(other) = eps

@@ -26,7 +26,7 @@ from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
 from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
 from .rewards import answer_span, compute_scores
-from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt
+from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt, use_released_positions
 from .synthetic import make_suite
 from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
@@ -37,11 +37,11 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
            'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
            'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
-           'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'greedy_texts',
-           'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups',
-           'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data',
-           'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
-           'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
+           'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
+           'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md',
+           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
+           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
+           'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -79,6 +79,7 @@ class TrainConfig:
     frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
     # --- rollout
     engine: str = "hf"  # "hf" (transformers generate) or "vllm"
+    vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
     prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
     group_size: int = 8  # G: completions per prompt
     temperature: float = 1.0  # sampling temperature
@@ -210,6 +211,7 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
         if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
     if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
         raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
+    if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm', got engine={cfg.engine!r}")
     if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
     return cfg
 
@@ -370,13 +372,13 @@ def rollout_groups(engine, prompts, n_online: list[int], sampling) -> list[list]
         for i, g in zip(idx, engine.generate([prompts[i] for i in idx], dataclasses.replace(sampling, n=n))): out[i] = g
     return out
 
-def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None):
+def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None, sleep: bool = False):
     "The rollout engine: `hf` generates with the training model itself; `vllm` loads a saved copy and is synced after updates."
     if name == "hf": return HFEngine(model, processor, shared_prefix=shared_prefix)
     if name == "vllm":
         if fsdp_modules(model): raise ValueError("make_engine: the vLLM engine starts from the plain model, before `shard_fsdp2` (train does so)")
         folder = save_vlm(Path(workdir) / "vllm_init", model=model, processor=processor, overwrite=True)
-        return VLLMEngine(folder)
+        return VLLMEngine(folder, **({"enable_sleep_mode": True} if sleep else {}))  # sleep: GPU only (CUDA memory pool)
     raise ValueError(f"engine {name!r}: use 'hf' or 'vllm'")
 
 def sync_engine(engine, model):
@@ -411,7 +413,7 @@ def mismatch_metrics(pairs: torch.Tensor) -> dict:
     corr = float(torch.corrcoef(pairs.double())[0, 1]) if pairs.shape[1] > 1 and t.std() > 0 and r.std() > 0 else math.nan
     return dict(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()), logp_corr=corr)
 
-MISMATCH_CAUSES = ("M-RoPE positions differ between engine and trainer (Qwen2.5-VL after a video: `models.use_released_positions`)",
+MISMATCH_CAUSES = ("M-RoPE positions differ between engine and trainer (Qwen2.5-VL after a video: `rollout.use_released_positions`)",
                    "the engine samples at another temperature / top_p than the trainer scores at",
                    "processor settings differ (frames, pixels, resizing: the prompt ids are not the trainer's)",
                    "stale weights (a weight push skipped or failed, or a resume that did not push the restored weights)")
@@ -422,6 +424,17 @@ def mismatch_warning(row: dict, min_corr: float = 0.9, max_gap: float = 0.05) ->
     if not (corr < min_corr or gap > max_gap): return None  # nan (no online token, or a constant) never warns
     return (f"rollout and trainer log-probs disagree (correlation {corr:.3f}, mean |gap| {gap:.3g} per token); likely causes: "
             + "; ".join(MISMATCH_CAUSES))
+
+def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
+                     temperature: float = 1.0) -> dict:
+    "The mismatch metrics of a step that updates nothing (no group with signal): one no-grad log-prob pass at the rollout weights."
+    dev = prompts[0].input_ids.device
+    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id).items()} for g in groups]
+    mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], [torch.zeros(len(g), device=dev) for g in groups],
+                              micro_batch_size, is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
+    fn = PrefixLogp(model, shared_prefix, temperature)
+    with torch.no_grad(): pairs = [rollout_gap(fn(mb), mb) for mb in mbs]  # (2, n) each
+    return mismatch_metrics(torch.cat(pairs, 1))
 
 def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
                 temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, count_mean=None,
@@ -756,6 +769,7 @@ def _fresh_like(vlm):
     with torch.device(p.device):
         m = AutoModelForImageTextToText.from_config(vlm.config, dtype=p.dtype, attn_implementation=vlm.config._attn_implementation)
     m.generation_config = copy.deepcopy(vlm.generation_config)
+    use_released_positions(m)  # the policy's position rule (a deepcopy keeps it; a fresh model needs it again)
     return m
 
 def frozen_copy(model):
@@ -854,12 +868,13 @@ def train(cfg: TrainConfig) -> dict:
     fam, size = _family_size(cfg.model)
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
     family = model_family(model)
+    use_released_positions(model)  # Qwen2.5-VL: vLLM's (the released model's) M-RoPE rule in every forward, generate and prefix pass
     processor = qwen_processor(family if size else fam)
     check_loss_config(cfg.loss_method, cfg.loss_agg, cfg.max_new_tokens)  # settings that cannot run fail now, naming the key
     check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
-    engine = make_engine("vllm", model, processor, cfg.shared_prefix, out) if cfg.engine == "vllm" else None  # from the plain model
+    engine = make_engine("vllm", model, processor, cfg.shared_prefix, out, cfg.vllm_sleep) if cfg.engine == "vllm" else None  # from the plain model
     if fsdp2:  # fully_shard every vision block and decoder layer, then the root that every model call goes through
         from torch.distributed.device_mesh import init_device_mesh
         policy = shard_fsdp2(model, mesh=init_device_mesh(acc.device.type, (world,)))
@@ -932,6 +947,7 @@ def train(cfg: TrainConfig) -> dict:
         if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
         else:
             first, trained, counts = collect_groups(draw, len(batch), cfg.dynamic_sampling, cfg.max_extra_draws, rank_min)  # phases 3-5
+            if cfg.vllm_sleep: engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
             adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, stats_reduce)  # phase 6
             row = grpo_row(first, trained, adv, n_zero, counts)
         t0 = time.time()
@@ -942,7 +958,9 @@ def train(cfg: TrainConfig) -> dict:
         if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
         if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
                                 answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, **step_kw)
-        elif signal == 0: st = dict(no_signal=1)  # every group agrees: no gradient, and momentum alone must not move the policy
+        elif signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy; the mismatch is still logged
+            st = dict(no_signal=1, **({} if fsdp2 else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
+                                                                         pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature)))
         else: st = dict(grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
                                     pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,
                                     updates=cfg.updates_per_batch, offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta,
@@ -981,6 +999,7 @@ def train(cfg: TrainConfig) -> dict:
         md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
         (out / "final.md").write_text(md + "\n")
         print(md)
+    if hasattr(engine, "close"): engine.close()  # vLLM: before accelerate destroys the process group its teardown needs
     acc.end_training()
     if own_group and dist.is_initialized(): dist.destroy_process_group()  # (accelerate's end_training may have done it)
     return final

@@ -83,3 +83,13 @@ def test_trainer_passes_engine_logprobs_to_the_correction(tiny, updates):
     st = grpo_update(model, [prompt], [trajs], torch.tensor([1.0, 0.0, -1.0]), opt, micro_batch_size=2, pad_id=0, updates=updates,
                      rollout_is="mis", rollout_is_cap=1.5, max_grad_norm=None)  # e^0.5 = 1.65 > 1.5: every sequence masked
     assert st["is_weight"] == 0 and st["is_clipped_frac"] == 1
+
+
+def test_a_step_without_signal_still_logs_the_mismatch(tmp_path):
+    "All rewards equal (untrained model): no update, but the rollout-vs-trainer gap is measured and logged (HF engine: ~0)."
+    from easyvideor1.train import load_config, read_jsonl, train
+    cfg = dict(model="qwen3_vl:tiny", synthetic_n=2, synthetic_test_n=1, synthetic_val_n=0, synthetic_tasks="direction", offline_mode="none",
+               prompts_per_step=1, group_size=2, sft_steps=0, max_steps=1, max_new_tokens=4, eval_every=0, eval_n=1, tensorboard=False)
+    train(load_config(overrides=dict(cfg, output_dir=str(tmp_path))))
+    (row,) = read_jsonl(tmp_path / "metrics.jsonl")
+    assert row["no_signal"] == 1 and 0 <= row["logp_gap_max"] < 1e-4 and row["logp_corr"] > 0.999

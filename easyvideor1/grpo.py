@@ -12,11 +12,11 @@ import torch
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KINDS', 'KL_ALIASES', 'LETTERS', 'token_logprobs',
-           'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'group_has_signal', 'fill_groups',
-           'overlong_penalty', 'TokenLoss', 'policy_token_loss', 'aggregate', 'token_stats', 'check_loss_config',
-           'policy_loss', 'kl_penalty', 'tis_weights', 'MicroBatch', 'loss_denominator', 'grpo_step', 'TinyPolicy',
-           'sample_tokens', 'mc_reward', 'train_bandit']
+__all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KINDS', 'KL_ALIASES', 'ROLLOUT_IS', 'LETTERS',
+           'token_logprobs', 'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'group_has_signal',
+           'fill_groups', 'overlong_penalty', 'TokenLoss', 'policy_token_loss', 'aggregate', 'token_stats',
+           'check_loss_config', 'policy_loss', 'kl_penalty', 'tis_weights', 'mis_weights', 'rollout_is_weights',
+           'MicroBatch', 'loss_denominator', 'grpo_step', 'TinyPolicy', 'sample_tokens', 'mc_reward', 'train_bandit']
 
 # %% ../nbs/06_grpo.ipynb #3586706c
 CHUNK_ELEMS = 2**24  # float32 values (64 MiB) upcast at a time in token_logprobs / entropy_from_logits
@@ -351,6 +351,38 @@ def tis_weights(
     "Truncated importance weights min(pi_trainer / pi_rollout, cap)."
     return (trainer_old_logp - rollout_logp).clamp(max=math.log(cap)).exp().detach()
 
+# %% ../nbs/06_grpo.ipynb #4b8b74af
+def mis_weights(
+    trainer_old_logp: Tensor,  # (B, T) log-probs the trainer computes for the sampled tokens
+    rollout_logp: Tensor,  # (B, T) log-probs the rollout engine reported
+    mask: Tensor,  # (B, T) 1 on completion tokens
+    cap: float = 2.0,  # C: a sequence is kept while its geometric-mean ratio is in [1/C, C]
+) -> Tensor:  # (B, T) detached weights, 0 or 1 per sequence
+    "Masked importance sampling: weight 0 on every token of a sequence whose geometric-mean ratio leaves [1/cap, cap], 1 elsewhere."
+    m = mask > 0
+    d = torch.where(m, trainer_old_logp - rollout_logp, torch.zeros_like(trainer_old_logp))  # (B, T)
+    seq = d.sum(-1) / m.sum(-1).clamp(min=1)  # (B,) mean log-ratio = log of the geometric-mean ratio
+    keep = seq.abs() <= math.log(cap)  # (B,)
+    return keep[:, None].expand_as(d).to(trainer_old_logp.dtype).detach()
+
+# %% ../nbs/06_grpo.ipynb #1077c1db
+ROLLOUT_IS = ("none", "tis", "mis")
+
+def rollout_is_weights(
+    trainer_old_logp: Tensor,  # (B, T) the trainer's log-probs at the rollout weights
+    rollout_logp: Tensor,  # (B, T) the engine's log-probs; nan where there is none (offline rows, padding)
+    mask: Tensor,  # (B, T) 1 on completion tokens
+    mode: str = "tis",  # one of ROLLOUT_IS (config `rollout_is`)
+    cap: float = 2.0,  # C (config `rollout_is_cap`)
+) -> Tensor:  # (B, T) detached weights; 1 where there is no rollout log-prob
+    "The rollout-correction weights of `mode`: `tis_weights`, `mis_weights`, or ones."
+    if mode not in ROLLOUT_IS: raise ValueError(f"rollout_is {mode!r} not in {ROLLOUT_IS}")
+    have = torch.isfinite(rollout_logp) & (mask > 0)  # (B, T)
+    if mode == "none": return torch.ones_like(trainer_old_logp)
+    rl = torch.where(have, rollout_logp, trainer_old_logp)  # (B, T) ratio 1 where there is no rollout log-prob
+    w = tis_weights(trainer_old_logp, rl, cap) if mode == "tis" else mis_weights(trainer_old_logp, rl, have.float(), cap)
+    return torch.where(have, w, torch.ones_like(w))
+
 # %% ../nbs/06_grpo.ipynb #eb86b0ec
 @dataclass
 class MicroBatch:
@@ -394,7 +426,9 @@ def grpo_step(
     max_len: int | None = None,  # constant L for "seq_mean_token_sum_norm" (required there)
     beta: float = 0.0,  # KL coefficient (needs ref_logp)
     kl_kind: str = "k3",  # KL estimator
-    tis_cap: float | None = None,  # truncated IS cap for rollout/trainer mismatch (needs rollout_logp)
+    rollout_is: str = "none",  # rollout correction (needs rollout_logp): "none", "tis" (token weights) or "mis" (sequence mask)
+    rollout_is_cap: float = 2.0,  # its C
+    tis_cap: float | None = None,  # shorthand for rollout_is="tis", rollout_is_cap=tis_cap
     entropy_coef: float = 0.0,  # entropy bonus (needs logp_fn to return entropy)
     token_loss_fn: Callable | None = None,  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss; default policy_token_loss
     params: Sequence[Tensor] | None = None,  # parameters to clip (default: the optimizer's)
@@ -404,6 +438,8 @@ def grpo_step(
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
     check_loss_config(method, agg, max_len)
+    if tis_cap is not None: rollout_is, rollout_is_cap = "tis", tis_cap
+    if rollout_is not in ROLLOUT_IS: raise ValueError(f"grpo_step: rollout_is {rollout_is!r} not in {ROLLOUT_IS}")
     if token_loss_fn is None: token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
     clip_kw = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, method=method)
     params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]
@@ -417,11 +453,14 @@ def grpo_step(
         old = logp.detach() if mb.old_logp is None else mb.old_logp  # (B, T)
         tl = token_loss_fn(logp, old, mb, **clip_kw)
         loss_tok = tl.loss  # (B, T)
-        if tis_cap is not None:
-            if mb.rollout_logp is None: raise ValueError("grpo_step: tis_cap is set but a MicroBatch has no rollout_logp")
-            w = tis_weights(old, mb.rollout_logp, tis_cap)  # (B, T)
+        if rollout_is != "none":  # old: the trainer at the rollout weights (this step's first pass, or the stored old_logp)
+            if mb.rollout_logp is None: raise ValueError(f"grpo_step: rollout_is={rollout_is!r} but a MicroBatch has no rollout_logp")
+            w = rollout_is_weights(old, mb.rollout_logp, mb.mask, rollout_is, rollout_is_cap)  # (B, T)
             loss_tok = loss_tok * w
-            acc.add("tis_weight", w, mb.mask)
+            on = mb.mask * torch.isfinite(mb.rollout_logp)  # (B, T) tokens with an engine log-prob
+            acc.add("is_weight", w, on); acc.peak("is_weight_max", w, on)
+            cut = (old - mb.rollout_logp) > math.log(rollout_is_cap) if rollout_is == "tis" else w == 0  # (B, T) truncated / masked
+            acc.add("is_clipped_frac", cut.float(), on)
         pg_loss = aggregate(loss_tok, mb.mask, agg, max_len, n_total)
         loss = pg_loss
         if mb.ref_logp is not None:
@@ -456,7 +495,10 @@ def _clip_and_step(params, optimizer, max_grad_norm, skip_nonfinite):
 
 class _StepStats:
     "Token-weighted sums of per-token statistics over micro-batches."
-    def __init__(self): self.sums, self.cnt, self.lo, self.hi = {}, {}, math.inf, -math.inf
+    def __init__(self): self.sums, self.cnt, self.peaks, self.lo, self.hi = {}, {}, {}, math.inf, -math.inf
+    def peak(self, name, x, mask):
+        m = mask.bool()
+        if m.any(): self.peaks[name] = max(self.peaks.get(name, -math.inf), float(x[m].max()))
     def add(self, name, x, mask):
         m = mask.bool()
         self.sums[name] = self.sums.get(name, 0.0) + float(x[m].sum())
@@ -468,7 +510,7 @@ class _StepStats:
         if r.numel(): self.lo, self.hi = min(self.lo, r.min().item()), max(self.hi, r.max().item())
     def finish(self, extra):
         out = {k: v for k, v in self.sums.items() if k not in self.cnt}
-        out.update({k: self.sums[k] / max(n, 1) for k, n in self.cnt.items()})
+        out.update({k: self.sums[k] / max(n, 1) for k, n in self.cnt.items()}, **self.peaks)
         lo, hi = (self.lo, self.hi) if self.lo <= self.hi else (1.0, 1.0)  # no tokens at all: ratio 1
         out.update(ratio_min=lo, ratio_max=hi, n_tokens=self.cnt.get("clip_frac", 0), **extra)
         return out

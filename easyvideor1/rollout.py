@@ -13,10 +13,10 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt', 'SamplingConfig',
            'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'processor_inputs', 'repeat_inputs',
-           'demo_prompts', 'HFEngine', 'trainer_logprobs', 'LogprobParity', 'logprob_parity',
-           'original_mrope_positions', 'vllm_text', 'vllm_prompt', 'hf_state_items', 'vllm_sampling_params',
-           'PromptMismatch', 'VLLMEngine', 'check_prompt_ids', 'train_steps', 'chat_request', 'VLLMServer',
-           'parity_report']
+           'demo_prompts', 'released_rope_index', 'use_released_positions', 'HFEngine', 'trainer_logprobs',
+           'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text', 'vllm_prompt', 'hf_state_items',
+           'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine', 'check_prompt_ids', 'train_steps', 'chat_request',
+           'VLLMServer', 'parity_report']
 
 # %% ../nbs/08_rollout.ipynb #5260032b
 @dataclass
@@ -138,15 +138,53 @@ def _sampled_logprobs(out, P: int, temperature: float) -> tuple[Tensor, Tensor]:
     z = torch.stack(out.logits, 1).float() / (temperature if temperature > 0 else 1.0)  # (n, L, V)
     return new, z.log_softmax(-1).gather(-1, new[..., None]).squeeze(-1)  # (n, L)
 
+# %% ../nbs/08_rollout.ipynb #4eff952e
+def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, image_grid_thw=None, video_grid_thw=None,
+                        second_per_grid_ts=None, attention_mask=None, **kwargs) -> tuple[Tensor, Tensor]:
+    "Qwen2.5-VL `get_rope_index` by the released model's rule (= vLLM's): (3, B, L) ids, (B, 1) deltas; padding gets id 0."
+    import itertools
+    merge, tps = core.config.vision_config.spatial_merge_size, core.config.vision_config.tokens_per_second
+    grids = {1: iter([] if image_grid_thw is None else image_grid_thw.tolist()), 2: iter([] if video_grid_thw is None else video_grid_thw.tolist())}
+    spg = iter([1.0] * input_ids.shape[1] if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts).tolist())
+    pos = torch.zeros(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)  # (3, B, L)
+    deltas = []
+    for b in range(input_ids.shape[0]):
+        keep = torch.ones_like(input_ids[b], dtype=torch.bool) if attention_mask is None else attention_mask[b].bool()  # (L,)
+        parts, cur = [], 0
+        for kind, run in itertools.groupby(mm_token_type_ids[b][keep].tolist()):
+            if kind == 0:
+                L = len(list(run)); parts.append(torch.arange(L).expand(3, -1) + cur); cur += L; continue
+            t, h, w = next(grids[kind]); h, w = h // merge, w // merge
+            step = tps * next(spg) if kind == 2 else 1
+            ti = (torch.arange(t) * step).long().view(-1, 1, 1).expand(t, h, w).flatten()
+            hi = torch.arange(h).view(1, -1, 1).expand(t, h, w).flatten()
+            wi = torch.arange(w).view(1, 1, -1).expand(t, h, w).flatten()
+            blk = torch.stack([ti, hi, wi]) + cur  # (3, t*h*w)
+            parts.append(blk); cur = int(blk.max()) + 1  # the released rule: the next text starts after the block's largest id
+        row = torch.cat(parts, 1)  # (3, n)
+        pos[:, b, keep] = row.to(pos)
+        deltas.append(int(row.max()) + 1 - row.shape[1])
+    return pos, torch.tensor(deltas, device=input_ids.device)[:, None]
+
+def use_released_positions(model) -> bool:
+    "Switch a Qwen2.5-VL model (or a `VLMCall` / FSDP2 root around one) to the released position rule in every forward and `generate`; Qwen3-VL already agrees (False: nothing changed)."
+    import types
+    from easyvideor1.data import unwrap_vlm
+    vlm = unwrap_vlm(model)
+    if vlm.config.model_type != "qwen2_5_vl": return False
+    vlm.model.get_rope_index = types.MethodType(released_rope_index, vlm.model)  # an instance attribute: deepcopy keeps it
+    return True
+
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
 class HFEngine:
-    "Rollouts with transformers `generate` on the training model; a group's prompt is prefilled once."
+    "Rollouts with transformers `generate` on the training model; a group's prompt is prefilled once (Qwen2.5-VL: under `use_released_positions`)."
     def __init__(self, model,  # the VLM, or a `data.VLMCall` around it (FSDP2's root: generation runs in its forward, unsharded)
                  processor,
                  shared_prefix: bool = True):  # False: the naive path (n prefills), kept as the oracle
         from easyvideor1.data import unwrap_vlm
         self.model, self.processor, self.shared_prefix = model, processor, shared_prefix
         self.vlm = unwrap_vlm(model)
+        use_released_positions(self.vlm)  # the rule of the released model and vLLM, as in the trainer's forwards
         self.tokenizer = processor.tokenizer
         self.pad_id = token_ids_of(self.tokenizer, ["<|endoftext|>"])[0]
 
@@ -307,9 +345,11 @@ class VLLMEngine:
                        logprobs_mode="processed_logprobs", **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.family = self.llm.model_config.hf_config.model_type
+        self.asleep = False
 
     def generate(self, prompts: list[RolloutPrompt], sampling: SamplingConfig) -> list[list[Completion]]:
         "n completions for each prompt, one group per prompt."
+        self.wake_up()
         outs = self.llm.generate([vllm_prompt(p, self.family) for p in prompts],
                                  vllm_sampling_params(sampling, self.tokenizer), use_tqdm=False)
         return _groups(self.tokenizer, outs, token_ids_of(self.tokenizer, sampling.stop))
@@ -321,6 +361,7 @@ class VLLMEngine:
 
     def push_weights(self, model):
         "Load the trainer's weights (transformers names; vLLM's `load_weights` maps them) and drop stale caches."
+        self.wake_up()  # a sleeping engine has no weights to load into
         self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=hf_state_items(model), is_checkpoint_format=True))
         self.reset_caches()
 
@@ -330,8 +371,17 @@ class VLLMEngine:
         self.llm.reset_mm_cache()
         self.llm.reset_prefix_cache()
 
-    def sleep(self, level: int = 1): self.llm.sleep(level=level)  # GPU only: needs `enable_sleep_mode=True`
-    def wake_up(self): self.llm.wake_up()
+    def sleep(self, level: int = 1):
+        "Free the engine's accelerator memory until the next push or generate (GPU only: built with `enable_sleep_mode=True`)."
+        if not self.asleep: self.llm.sleep(level=level); self.asleep = True
+
+    def wake_up(self):
+        if self.asleep: self.llm.wake_up(); self.asleep = False
+
+    def close(self):
+        "Shut the engine down now: left to exit time, its teardown runs after the trainer's process group is gone and raises."
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None: core.shutdown()
 
 # %% ../nbs/08_rollout.ipynb #9832db6a
 def check_prompt_ids(engine, processor, prompts: list[RolloutPrompt]) -> int:

@@ -28,22 +28,23 @@ from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
 from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
 from .rewards import answer_span, compute_scores
-from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt
+from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt, use_released_positions
 from .synthetic import make_suite
 from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
 
 # %% auto #0
-__all__ = ['CONFIG_RANGES', 'CKPT_RE', 'TrainConfig', 'config_help', 'load_config', 'check_config', 'checkpoint_dirs',
-           'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'sample_prompts',
-           'shard', 'load_prompts', 'replay_rows', 'offline_groups', 'score_extras', 'score_groups', 'mix_offline',
-           'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total', 'rollout_gap', 'grpo_update',
-           'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update', 'option_swaps', 'option_targets',
-           'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves',
-           'table_md', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
-           'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
-           'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train',
-           'write_param_digest', 'parse_args', 'main']
+__all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config_help', 'load_config', 'rollout_is_mode',
+           'check_config', 'checkpoint_dirs', 'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights',
+           'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
+           'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
+           'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
+           'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
+           'option_swaps', 'option_targets', 'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type',
+           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts',
+           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
+           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
+           'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -85,6 +86,7 @@ class TrainConfig:
     frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
     # --- rollout
     engine: str = "hf"  # "hf" (transformers generate) or "vllm"
+    vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
     prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
     group_size: int = 8  # G: completions per prompt
     temperature: float = 1.0  # sampling temperature
@@ -100,6 +102,8 @@ class TrainConfig:
     beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
     kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
+    rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]); auto = tis with engine=vllm, none with hf
+    rollout_is_cap: float = 2.0  # C of rollout_is (> 1)
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
     dynamic_sampling: bool = True  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
@@ -203,8 +207,13 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
-    "engine": _choices("hf", "vllm"), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
+    "engine": _choices("hf", "vllm"), "rollout_is": _choices("auto", "none", "tis", "mis"),
+    "rollout_is_cap": _at_least(1, strict=True), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
 }
+
+def rollout_is_mode(cfg: TrainConfig) -> str:
+    "The rollout correction a run uses: `rollout_is`, with 'auto' = 'tis' for the vLLM engine and 'none' for the in-process HF engine."
+    return ("tis" if cfg.engine == "vllm" else "none") if cfg.rollout_is == "auto" else cfg.rollout_is
 
 def check_config(cfg: TrainConfig) -> TrainConfig:
     "Every value within its range (`CONFIG_RANGES`), and the few rules between keys; errors name the key and what is allowed."
@@ -214,6 +223,7 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
         raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
     if cfg.lora_rank and cfg.engine == "vllm":  # the sync must push merged weights: `lora.merged_state_items` (not wired yet)
         raise ValueError("config: lora_rank > 0 with engine='vllm' is not wired yet (the weight sync must push lora.merged_state_items); use engine='hf'")
+    if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm', got engine={cfg.engine!r}")
     if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
     return cfg
 
@@ -379,13 +389,13 @@ def rollout_groups(engine, prompts, n_online: list[int], sampling) -> list[list]
         for i, g in zip(idx, engine.generate([prompts[i] for i in idx], dataclasses.replace(sampling, n=n))): out[i] = g
     return out
 
-def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None):
+def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None, sleep: bool = False):
     "The rollout engine: `hf` generates with the training model itself; `vllm` loads a saved copy and is synced after updates."
     if name == "hf": return HFEngine(model, processor, shared_prefix=shared_prefix)
     if name == "vllm":
         if fsdp_modules(model): raise ValueError("make_engine: the vLLM engine starts from the plain model, before `shard_fsdp2` (train does so)")
         folder = save_vlm(Path(workdir) / "vllm_init", model=model, processor=processor, overwrite=True)
-        return VLLMEngine(folder)
+        return VLLMEngine(folder, **({"enable_sleep_mode": True} if sleep else {}))  # sleep: GPU only (CUDA memory pool)
     raise ValueError(f"engine {name!r}: use 'hf' or 'vllm'")
 
 def sync_engine(engine, model):
@@ -397,18 +407,59 @@ def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
     "The loss denominator each rank passes to `grpo_step`: the global count / world size (`count_mean` averages over ranks)."
     return None if count_mean is None else count_mean(loss_denominator(micro_batches, agg))
 
-def rollout_gap(trainer_logp, mb: MicroBatch) -> torch.Tensor:
-    "Per-token `trainer - rollout` log-prob differences on the online tokens of a micro-batch (empty without rollout log-probs)."
+def online_rollout_logp(mb: MicroBatch) -> torch.Tensor | None:
+    "The engine's log-probs of a micro-batch's online tokens, (b, T); nan on offline rows and padding (None without any)."
     blp = mb.behaviour_logp  # (b, T) engine log-probs for online rows; nan / stored values for offline rows
-    if blp is None: return trainer_logp.new_zeros(0)
+    if blp is None: return None
     on = mb.mask.bool() & torch.isfinite(blp)  # (b, T)
     if mb.is_offline is not None: on &= ~mb.is_offline[:, None]
-    return (trainer_logp.detach() - blp)[on]
+    return torch.where(on, blp, torch.full_like(blp, math.nan))
+
+def rollout_gap(trainer_logp, mb: MicroBatch) -> torch.Tensor:
+    "(2, n) trainer and rollout log-probs of the online tokens of a micro-batch (empty without rollout log-probs)."
+    rl = online_rollout_logp(mb)
+    if rl is None: return trainer_logp.new_zeros(2, 0)
+    on = torch.isfinite(rl)  # (b, T)
+    return torch.stack([trainer_logp.detach()[on], rl[on]])  # (2, n)
+
+def mismatch_metrics(pairs: torch.Tensor) -> dict:
+    "Rollout-vs-trainer mismatch of (2, n) trainer / rollout token log-probs: mean, mean |delta|, max |delta|, Pearson correlation."
+    if pairs.shape[1] == 0: return {}
+    t, r = pairs.double()  # (n,) each
+    d = t - r
+    corr = float(torch.corrcoef(pairs.double())[0, 1]) if pairs.shape[1] > 1 and t.std() > 0 and r.std() > 0 else math.nan
+    return dict(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()), logp_corr=corr)
+
+MISMATCH_CAUSES = ("M-RoPE positions differ between engine and trainer (Qwen2.5-VL after a video: `rollout.use_released_positions`)",
+                   "the engine samples at another temperature / top_p than the trainer scores at",
+                   "processor settings differ (frames, pixels, resizing: the prompt ids are not the trainer's)",
+                   "stale weights (a weight push skipped or failed, or a resume that did not push the restored weights)")
+
+def mismatch_warning(row: dict, min_corr: float = 0.9, max_gap: float = 0.05) -> str | None:
+    "One warning when a step's rollout and trainer log-probs disagree (correlation < min_corr or mean |gap| > max_gap), naming likely causes."
+    corr, gap = row.get("logp_corr", math.nan), row.get("logp_gap_abs", math.nan)
+    if not (corr < min_corr or gap > max_gap): return None  # nan (no online token, or a constant) never warns
+    return (f"rollout and trainer log-probs disagree (correlation {corr:.3f}, mean |gap| {gap:.3g} per token); likely causes: "
+            + "; ".join(MISMATCH_CAUSES))
+
+def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
+                     temperature: float = 1.0) -> dict:
+    "The mismatch metrics of a step that updates nothing (no group with signal): one no-grad log-prob pass at the rollout weights."
+    dev = prompts[0].input_ids.device
+    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id).items()} for g in groups]
+    mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], [torch.zeros(len(g), device=dev) for g in groups],
+                              micro_batch_size, is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
+    fn = PrefixLogp(model, shared_prefix, temperature)
+    with torch.no_grad(): pairs = [rollout_gap(fn(mb), mb) for mb in mbs]  # (2, n) each
+    return mismatch_metrics(torch.cat(pairs, 1))
 
 def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
                 temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, count_mean=None,
-                agg: str = "token_mean", mask_truncated: bool = False, rank_max=None, **step_kw) -> dict:
+                agg: str = "token_mean", mask_truncated: bool = False, rank_max=None, rollout_is: str = "none",
+                rollout_is_cap: float = 2.0, **step_kw) -> dict:
     "Phase 7: old / reference log-probs when needed, then `updates` optimizer steps of `grpo_step` over micro-batches."
+    # rollout_is: the rollout correction (`06_grpo`), its weights taken against the trainer's log-probs at the rollout weights:
+    # the stored old_logp when updates > 1, else the first (only) pass, which runs at those weights
     # rank_max: FSDP2's equal work (`parallel.max_over_ranks`): every group in the same number of chunks on every rank, and as
     # many micro-batches (zero-weight copies) as the busiest rank, so all ranks run the same collectives
     dev = prompts[0].input_ids.device  # the model's device (`load_prompts` put the prompts there)
@@ -424,6 +475,8 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
                               is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
     n_total = global_n_total(mbs, agg, count_mean)  # before padding (padding adds no token anyway)
     if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))
+    if rollout_is != "none":
+        for mb in mbs: mb.rollout_logp = online_rollout_logp(mb) if mb.behaviour_logp is not None else torch.full_like(mb.mask, math.nan)  # (b, T)
     policy_fn, gaps = PrefixLogp(model, shared_prefix, temperature), []  # entropy is logged from the rollout instead
     def logp_fn(mb):  # the first pass over the micro-batches is at the rollout's weights: record the engine gap there
         lp = policy_fn(mb)  # (b, T)
@@ -438,10 +491,10 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
             for mb in mbs: mb.ref_logp = ref_fn(mb)  # (b, T)
     stats = {}
     for _ in range(updates):
-        stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg, n_total=n_total, **step_kw)
+        stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg, n_total=n_total,
+                          rollout_is=rollout_is, rollout_is_cap=rollout_is_cap, **step_kw)
     stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
-    d = torch.cat(gaps) if gaps else torch.zeros(0)
-    if d.numel(): stats.update(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()))
+    stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0)))
     return stats
 
 # %% ../nbs/10_train.ipynb #d50aad89
@@ -774,6 +827,7 @@ def _fresh_like(vlm):
     with torch.device(p.device):
         m = AutoModelForImageTextToText.from_config(vlm.config, dtype=p.dtype, attn_implementation=vlm.config._attn_implementation)
     m.generation_config = copy.deepcopy(vlm.generation_config)
+    use_released_positions(m)  # the policy's position rule (a deepcopy keeps it; a fresh model needs it again)
     return m
 
 def frozen_copy(model):
@@ -874,12 +928,13 @@ def train(cfg: TrainConfig) -> dict:
     fam, size = _family_size(cfg.model)
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
     family = model_family(model)
+    use_released_positions(model)  # Qwen2.5-VL: vLLM's (the released model's) M-RoPE rule in every forward, generate and prefix pass
     processor = qwen_processor(family if size else fam)
     check_loss_config(cfg.loss_method, cfg.loss_agg, cfg.max_new_tokens)  # settings that cannot run fail now, naming the key
     check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
-    engine = make_engine("vllm", model, processor, cfg.shared_prefix, out) if cfg.engine == "vllm" else None  # from the plain model
+    engine = make_engine("vllm", model, processor, cfg.shared_prefix, out, cfg.vllm_sleep) if cfg.engine == "vllm" else None  # from the plain model
     if cfg.lora_rank: apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target, cfg.seed)  # PEFT adapters; the rest frozen
     if fsdp2:  # fully_shard every vision block and decoder layer, then the root that every model call goes through
         from torch.distributed.device_mesh import init_device_mesh
@@ -954,6 +1009,7 @@ def train(cfg: TrainConfig) -> dict:
         if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
         else:
             first, trained, counts = collect_groups(draw, len(batch), cfg.dynamic_sampling, cfg.max_extra_draws, rank_min)  # phases 3-5
+            if cfg.vllm_sleep: engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
             adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, stats_reduce)  # phase 6
             row = grpo_row(first, trained, adv, n_zero, counts)
         t0 = time.time()
@@ -965,11 +1021,14 @@ def train(cfg: TrainConfig) -> dict:
         if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
                                 answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, samples=batch,
                                 smoothing=cfg.sft_option_smoothing, **step_kw)
-        elif signal == 0: st = dict(no_signal=1)  # every group agrees: no gradient, and momentum alone must not move the policy
+        elif signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy; with vLLM the mismatch is still logged
+            st = dict(no_signal=1, **({} if fsdp2 or cfg.engine != "vllm" else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
+                                                                         pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature)))
         else: st = dict(grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
                                     pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,
                                     updates=cfg.updates_per_batch, offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta,
-                                    kl_kind=cfg.kl_kind, mask_truncated=cfg.mask_truncated, rank_max=rank_max, **step_kw), no_signal=0)  # phase 7
+                                    kl_kind=cfg.kl_kind, mask_truncated=cfg.mask_truncated, rank_max=rank_max,
+                                    rollout_is=rollout_is_mode(cfg), rollout_is_cap=cfg.rollout_is_cap, **step_kw), no_signal=0)  # phase 7
         scheduler.step(); t["update"] = time.time() - t0
         t0 = time.time(); sync_engine(engine, policy); t["sync"] = time.time() - t0                              # phase 8
         row.update(step=step, lr=scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
@@ -983,6 +1042,7 @@ def train(cfg: TrainConfig) -> dict:
             history.append(merged)
             for kind, msg in collapse_signs(history, cfg.max_new_tokens).items():
                 if kind not in warned: warned.add(kind); tqdm.write(f"warning: GRPO step {step}: {msg}; the policy may be collapsing")
+            if "mismatch" not in warned and (msg := mismatch_warning(merged)): warned.add("mismatch"); tqdm.write(f"warning: GRPO step {step}: {msg}")
         done = step + 1 == total or (cfg.max_minutes and not sft and time.time() - t_grpo > 60 * cfg.max_minutes)
         grpo_done = step + 1 - cfg.sft_steps  # GRPO steps finished
         if not done and (step + 1 == cfg.sft_steps or (not sft and cfg.eval_every and grpo_done % cfg.eval_every == 0)):
@@ -1002,6 +1062,7 @@ def train(cfg: TrainConfig) -> dict:
         md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
         (out / "final.md").write_text(md + "\n")
         print(md)
+    if hasattr(engine, "close"): engine.close()  # vLLM: before accelerate destroys the process group its teardown needs
     acc.end_training()
     if own_group and dist.is_initialized(): dist.destroy_process_group()  # (accelerate's end_training may have done it)
     return final

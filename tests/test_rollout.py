@@ -37,3 +37,21 @@ def test_vllm_tests_skip_with_reason():
     assert p.returncode in (0, 5), p.stdout + p.stderr  # 5: pytest collected nothing (module skipped)
     out = " ".join(p.stdout.split())  # pytest wraps the reason at the terminal width
     assert "1 skipped" in out and "vllm is not installed" in out, p.stdout
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_hf_engine_never_samples_a_vision_token(family):
+    "A model biased to emit <|video_pad|> (its argmax after the prompt) still gets no vision token from the HF engine."
+    from easyvideor1.rollout import banned_token_ids, processor_inputs
+    model, proc = qwen_vlm(family, "tiny", seed=3), qwen_processor(family)
+    prompt = demo_prompts(family, proc, seed=3)[1]  # the image prompt (small)
+    banned = banned_token_ids()
+    with torch.no_grad():  # every banned row of lm_head points along the last hidden state: each beats every other token
+        o = model(**processor_inputs(proc, prompt), output_hidden_states=True)
+        h = o.hidden_states[-1][0, -1]  # (D,)
+        for k, t in enumerate(banned): model.lm_head.weight[t] = h * (o.logits[0, -1].abs().max() + 10 + k) / h.square().sum()
+        assert int(model(**processor_inputs(proc, prompt)).logits[0, -1].argmax()) == banned[-1]  # unbanned, greedy would sample it
+    for shared in (True, False):
+        for sc in (SamplingConfig(n=2, temperature=0, max_new_tokens=3), SamplingConfig(n=3, temperature=1.0, max_new_tokens=3)):
+            groups = HFEngine(model, proc, shared_prefix=shared).generate([prompt], sc)
+            got = {t for c in groups[0] for t in c.token_ids}
+            assert not got & set(banned), (shared, sc, got & set(banned))

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model="qwen2_5_vl:tiny", synthetic_n=4, synthetic_test_n=2, prompts_per_step=2, group_size=2,
             sft_steps=1, sft_batch_size=2, max_new_tokens=6, eval_every=0, eval_n=2, tensorboard=False,
             lr=1e-2, sft_lr=1e-2, warmup_steps=1, synthetic_val_n=1, lr_decay_steps=0,
-            lora_rank=4, lora_alpha=8.0, beta=0.05)  # beta > 0: the reference is the policy with the hand-over adapters
+            lora_rank=4, lora_alpha=8.0, beta=0.05, dynamic_sampling=False)  # beta > 0: the reference is the policy with the hand-over adapters
 KEYS = ("loss", "reward", "grad_norm", "entropy", "kl")
 
 

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model="qwen2_5_vl:tiny", synthetic_n=4, synthetic_test_n=2, prompts_per_step=2, group_size=2,
             sft_steps=1, sft_batch_size=2, max_new_tokens=8, eval_every=0, eval_n=2, tensorboard=False,
             lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0, synthetic_val_n=1,
-            lr_decay_steps=0)  # the decay depends on max_steps, which the resume test shortens to stop a run early
+            lr_decay_steps=0,  # the decay depends on max_steps, which the resume test shortens to stop a run early
+            dynamic_sampling=False, beta=0.0)  # the default recipe's extra draws and reference pass: tested by the variants and the shrunk presets
 KEYS = ("loss", "reward", "grad_norm", "entropy")
 
 

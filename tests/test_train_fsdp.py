@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # video groups (short offline answers) and rank 1 two image groups: unequal token counts, so a per-rank loss denominator shows
 FSDP = dict(model="qwen2_5_vl:tiny", synthetic_tasks="direction,ground", synthetic_n=4, synthetic_test_n=2, synthetic_val_n=1,
             prompts_per_step=4, group_size=2, sft_steps=1, sft_batch_size=2, max_new_tokens=12, eval_every=0, eval_n=2,
-            tensorboard=False, lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0, lr_decay_steps=0)
+            tensorboard=False, lr=1e-2, sft_lr=1e-2, warmup_steps=1, temperature=1.0, lr_decay_steps=0,
+            dynamic_sampling=False, beta=0.0)
 
 
 def _env():

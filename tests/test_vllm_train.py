@@ -14,7 +14,7 @@ if importlib.util.find_spec("vllm") is None:
 GAP = 1e-4  # fp32 on CPU: ~4e-5; transformers' Qwen2.5-VL positions after a video: ~9e-4; a stale engine: 1e-2 and more
 TINY = dict(synthetic_n=2, synthetic_test_n=1, synthetic_val_n=0, synthetic_tasks="direction", prompts_per_step=2, group_size=2,
             sft_steps=0, max_new_tokens=6, eval_every=0, eval_n=1, tensorboard="false", lr=1e-2, warmup_steps=1, lr_decay_steps=0,
-            video_max_frames=8, engine="vllm", offline_mode="none")
+            video_max_frames=8, engine="vllm", offline_mode="none", dynamic_sampling="false", beta=0.0)
 
 
 def run(out: Path, **kw) -> list[dict]:

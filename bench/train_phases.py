@@ -22,7 +22,7 @@ PHASES = ["load", "rollout", "reward", "update", "sync"]
 def run(suite: Path, out: Path, cache: bool, a) -> list[dict]:
     "One training run; its metrics rows."
     args = [f"data={suite / 'train.jsonl'}", f"eval_data={suite / 'test.jsonl'}", f"output_dir={out}", f"model={a.model}",
-            f"dtype={a.dtype}", f"video_max_frames={a.frames}", f"video_max_pixels={a.size * a.size}", "sft_steps=0",
+            f"dtype={a.dtype}", f"video_max_frames={a.frames}", f"video_max_pixels={a.size * a.size}", "sft_steps=0", "dynamic_sampling=false", "beta=0",
             f"max_steps={a.steps}", "max_minutes=0", f"prompts_per_step={a.prompts}", f"group_size={a.G}",
             f"max_new_tokens={a.new_tokens}", "eval_every=0", "eval_n=1", "tensorboard=false", f"frame_cache={str(cache).lower()}",
             f"gradient_checkpointing={str(a.checkpointing).lower()}", f"micro_batch_size={a.G}"]

@@ -270,24 +270,8 @@ def logprob_parity(model, processor, prompts: list[RolloutPrompt], groups: list[
 # %% ../nbs/08_rollout.ipynb #a141c9c7
 def original_mrope_positions(inputs: dict, model) -> Tensor:
     "Qwen2.5-VL's original 3-D M-RoPE ids (text after a vision block starts at its max id + 1), (3, 1, L)."
-    import itertools
-    cfg = model.config
-    merge, tps = cfg.vision_config.spatial_merge_size, cfg.vision_config.tokens_per_second
-    grids = {1: iter(inputs.get("image_grid_thw", torch.zeros(0, 3)).tolist()),
-             2: iter(inputs.get("video_grid_thw", torch.zeros(0, 3)).tolist())}
-    spg = iter(torch.as_tensor(inputs.get("second_per_grid_ts", [])).tolist())
-    parts, cur = [], 0
-    for kind, run in itertools.groupby(inputs["mm_token_type_ids"][0].tolist()):
-        if kind == 0:
-            L = len(list(run)); parts.append(torch.arange(L).expand(3, -1) + cur); cur += L; continue
-        t, h, w = next(grids[kind]); h, w = h // merge, w // merge
-        step = tps * next(spg) if kind == 2 else 1
-        ti = (torch.arange(t) * step).long().view(-1, 1, 1).expand(t, h, w).flatten()
-        hi = torch.arange(h).view(1, -1, 1).expand(t, h, w).flatten()
-        wi = torch.arange(w).view(1, 1, -1).expand(t, h, w).flatten()
-        blk = torch.stack([ti, hi, wi]) + cur  # (3, t*h*w)
-        parts.append(blk); cur = int(blk.max()) + 1
-    return torch.cat(parts, 1)[:, None]  # (3, 1, L)
+    return released_rope_index(model.model, inputs["input_ids"], inputs["mm_token_type_ids"], inputs.get("image_grid_thw"),
+                               inputs.get("video_grid_thw"), inputs.get("second_per_grid_ts"))[0]  # the one rule, batch of 1
 
 # %% ../nbs/08_rollout.ipynb #b6798dc6
 VIDEO_SLOT = "<|vision_start|><|video_pad|><|vision_end|>"

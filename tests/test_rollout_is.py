@@ -85,12 +85,14 @@ def test_trainer_passes_engine_logprobs_to_the_correction(tiny, updates):
     assert st["is_weight"] == 0 and st["is_clipped_frac"] == 1
 
 
-def test_a_step_without_signal_still_logs_the_mismatch(tmp_path):
-    "All rewards equal (untrained model): no update, but the rollout-vs-trainer gap is measured and logged (HF engine: ~0)."
+def test_a_step_without_signal_skips_the_update_and_the_mismatch_pass_on_hf(tmp_path):
+    """All rewards equal (untrained model): no update; with the HF engine the sampler is the trained model, so the extra
+    log-prob pass that measures the rollout-vs-trainer gap is skipped (tests/test_vllm_train.py checks it is logged with vLLM)."""
     from easyvideor1.train import load_config, read_jsonl, train
     cfg = dict(model="qwen3_vl:tiny", synthetic_n=2, synthetic_test_n=1, synthetic_val_n=0, synthetic_tasks="direction", offline_mode="none",
                prompts_per_step=1, group_size=2, sft_steps=0, max_steps=1, max_new_tokens=4, eval_every=0, eval_n=1, tensorboard=False,
                dynamic_sampling=False, beta=0.0)
     train(load_config(overrides=dict(cfg, output_dir=str(tmp_path))))
     (row,) = read_jsonl(tmp_path / "metrics.jsonl")
-    assert row["no_signal"] == 1 and 0 <= row["logp_gap_max"] < 1e-4 and row["logp_corr"] > 0.999
+    assert row["no_signal"] == 1 and row["zero_var_groups"] == row["groups"]
+    assert "logp_gap_max" not in row and "grad_norm" not in row

@@ -895,11 +895,11 @@ class HFEvalEngine:
         dev = self.model.device
         inputs = self.processor(text=[chat_text(self.processor, r) for r in requests], padding=True, return_tensors="pt", **kw).to(dev)
         s = self.sampling
-        sample = dict(do_sample=True, temperature=s["temperature"], top_p=s["top_p"]) if s["temperature"] > 0 else dict(do_sample=False)
+        sample = dict(do_sample=True, temperature=s["temperature"], top_p=s["top_p"], top_k=0) if s["temperature"] > 0 else dict(do_sample=False)
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):  # leave a trainer's RNG untouched
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))  # reproducible per batch
             out = self.model.generate(**inputs, max_new_tokens=s["max_new_tokens"], suppress_tokens=self.banned,
-                                      pad_token_id=self.processor.tokenizer.pad_token_id, **sample)  # (B, L + new)
+                                      pad_token_id=self.processor.tokenizer.pad_token_id, repetition_penalty=1.0, **sample)  # (B, L + new); top_k, repetition_penalty: not the model's defaults (vLLM's protocol)
         return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
 # %% ../nbs/11_evaluate.ipynb #c3cbabe1

@@ -13,10 +13,10 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt', 'SamplingConfig',
            'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'processor_inputs', 'repeat_inputs',
-           'demo_prompts', 'released_rope_index', 'use_released_positions', 'HFEngine', 'trainer_logprobs',
-           'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text', 'vllm_prompt', 'hf_state_items',
-           'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine', 'check_prompt_ids', 'train_steps', 'chat_request',
-           'VLLMServer', 'parity_report']
+           'demo_prompts', 'InverseCDFSampler', 'released_rope_index', 'use_released_positions', 'HFEngine',
+           'trainer_logprobs', 'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text',
+           'vllm_prompt', 'hf_state_items', 'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine', 'check_prompt_ids',
+           'train_steps', 'chat_request', 'VLLMServer', 'parity_report']
 
 # %% ../nbs/08_rollout.ipynb #5260032b
 @dataclass
@@ -119,13 +119,19 @@ def demo_prompts(family: str, processor, seed: int = 0) -> list[RolloutPrompt]:
             RolloutPrompt(text(image_message("What colour is the square?")), images=[image])]
 
 # %% ../nbs/08_rollout.ipynb #4aa927c9
-def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id):
+def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id, sampler: bool = False):
+    """`generate` settings: transformers' own sampling (`sampler=False`: multinomial, its raw logits kept for the log-probs)
+    or greedy selection of what `InverseCDFSampler` drew. Every setting that changes the distribution is given explicitly:
+    `generate` fills unset ones from the model's `generation_config` (a released Qwen2.5-VL folder has `top_k=1`,
+    `top_p=0.001`, `repetition_penalty=1.05`, transformers' own default is `top_k=50`), and the policy must sample from the
+    softmax the trainer scores."""
     from transformers import GenerationConfig
-    greedy = sc.temperature == 0
-    return GenerationConfig(do_sample=not greedy, temperature=None if greedy else sc.temperature,
-                            top_p=None if greedy else sc.top_p, top_k=None, max_new_tokens=sc.max_new_tokens,
-                            eos_token_id=list(stop_ids), pad_token_id=pad_id, bad_words_ids=[[i] for i in banned_ids],
-                            output_logits=True, return_dict_in_generate=True, use_cache=True)
+    greedy = sc.temperature == 0 or sampler
+    return GenerationConfig(do_sample=not greedy, temperature=1.0 if greedy else sc.temperature,
+                            top_p=1.0 if greedy else sc.top_p, top_k=None if greedy else 0, repetition_penalty=1.0, suppress_tokens=[],
+                            max_new_tokens=sc.max_new_tokens, eos_token_id=list(stop_ids), pad_token_id=pad_id,
+                            bad_words_ids=None if sampler else [[i] for i in banned_ids],
+                            output_logits=not sampler, return_dict_in_generate=True, use_cache=True)
 
 def _cache_kw(model) -> str:
     "transformers 5.24 renamed `past_key_values` to `cache`; use whichever this version takes."
@@ -137,6 +143,30 @@ def _sampled_logprobs(out, P: int, temperature: float) -> tuple[Tensor, Tensor]:
     new = out.sequences[:, P:]  # (n, L)
     z = torch.stack(out.logits, 1).float() / (temperature if temperature > 0 else 1.0)  # (n, L, V)
     return new, z.log_softmax(-1).gather(-1, new[..., None]).squeeze(-1)  # (n, L)
+
+# %% ../nbs/08_rollout.ipynb #bbafb2cb
+from transformers import LogitsProcessor
+
+class InverseCDFSampler(LogitsProcessor):
+    "Draws each row's next token from softmax(z / T) without the banned ids and records its log-prob under the full softmax."
+    def __init__(self, temperature: float, banned_ids=()):
+        self.t, self.banned, self.logps = temperature, torch.tensor(list(banned_ids), dtype=torch.long), []
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        z = scores.float() / self.t                               # (n, V)
+        m = z.amax(-1, keepdim=True)                              # (n, 1)
+        e = (z - m).exp_()                                        # (n, V) unnormalised probabilities
+        log_total = e.sum(-1, keepdim=True).log_()                # (n, 1) the full softmax's normaliser
+        e[:, self.banned.to(e.device)] = 0                        # never drawn
+        cdf = e.cumsum_(-1)                                       # (n, V)
+        u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
+        tok = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # (n, 1) first v with c_v > u
+        self.logps.append((z.gather(-1, tok) - m - log_total).squeeze(-1))
+        return torch.full_like(scores, -float("inf")).scatter_(-1, tok, 0.0)
+
+    def logprobs(self) -> Tensor:
+        "(n, L) log-probs of the drawn tokens, one column per decode step."
+        return torch.stack(self.logps, 1)
 
 # %% ../nbs/08_rollout.ipynb #4eff952e
 def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, image_grid_thw=None, video_grid_thw=None,
@@ -180,9 +210,10 @@ class HFEngine:
     "Rollouts with transformers `generate` on the training model; a group's prompt is prefilled once (Qwen2.5-VL: under `use_released_positions`)."
     def __init__(self, model,  # the VLM, or a `data.VLMCall` around it (FSDP2's root: generation runs in its forward, unsharded)
                  processor,
-                 shared_prefix: bool = True):  # False: the naive path (n prefills), kept as the oracle
+                 shared_prefix: bool = True,  # False: the naive path (n prefills), kept as the oracle
+                 fast_sampler: bool = True):  # False: transformers' `torch.multinomial` (the reference of bench/sampler.py)
         from easyvideor1.data import unwrap_vlm
-        self.model, self.processor, self.shared_prefix = model, processor, shared_prefix
+        self.model, self.processor, self.shared_prefix, self.fast_sampler = model, processor, shared_prefix, fast_sampler
         self.vlm = unwrap_vlm(model)
         use_released_positions(self.vlm)  # the rule of the released model and vLLM, as in the trainer's forwards
         self.tokenizer = processor.tokenizer
@@ -194,23 +225,31 @@ class HFEngine:
         from easyvideor1.data import call_vlm
         from easyvideor1.parallel import gathered
         stop_ids = token_ids_of(self.tokenizer, sampling.stop)
-        gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id)
+        fast = self.fast_sampler and sampling.temperature > 0 and sampling.top_p >= 1  # top-p: transformers' sampler (it sorts the vocabulary)
+        gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id, sampler=fast)
         groups = []
         with gathered(self.model):  # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
             for i, p in enumerate(prompts):
                 inputs = {k: v.to(self.vlm.device) if torch.is_tensor(v) else v for k, v in processor_inputs(self.processor, p).items()}
                 if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
-                ids, logp = call_vlm(self.model, self._shared if self.shared_prefix else self._naive, inputs, sampling.n, gc)
+                sampler = InverseCDFSampler(sampling.temperature, banned_token_ids()) if fast else None
+                ids, logp = call_vlm(self.model, self._shared if self.shared_prefix else self._naive, inputs, sampling.n, gc, sampler)
                 groups.append([make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids)
                                for r, l in zip(ids, logp)])
         return groups
 
-    def _naive(self, model, inputs: dict, n: int, gc):
-        "The prompt repeated n times: n prefills."
-        out = model.generate(**repeat_inputs(inputs, n), generation_config=gc)
-        return _sampled_logprobs(out, inputs["input_ids"].shape[1], gc.temperature or 0)
+    @staticmethod
+    def _run(model, P: int, gc, sampler, **kw) -> tuple[Tensor, Tensor]:
+        "`generate`, then the new ids (n, L) and their log-probs (n, L): the sampler's, or from the raw logits."
+        out = model.generate(**kw, generation_config=gc, logits_processor=None if sampler is None else [sampler])
+        if sampler is None: return _sampled_logprobs(out, P, gc.temperature if gc.do_sample else 0)
+        return out.sequences[:, P:], sampler.logprobs()
 
-    def _shared(self, model, inputs: dict, n: int, gc):
+    def _naive(self, model, inputs: dict, n: int, gc, sampler=None):
+        "The prompt repeated n times: n prefills."
+        return self._run(model, inputs["input_ids"].shape[1], gc, sampler, **repeat_inputs(inputs, n))
+
+    def _shared(self, model, inputs: dict, n: int, gc, sampler=None):
         "One batch-1 prefill of all but the last prompt token, its cache repeated n times, then generate."
         from transformers import DynamicCache
         ids = inputs["input_ids"]  # (1, P)
@@ -223,9 +262,8 @@ class HFEngine:
         rest = {k: v for k, v in inputs.items() if k != "input_ids"}
         pos = model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
         core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (n, 1)
-        out = model.generate(input_ids=ids.repeat(n, 1), attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device),
-                             position_ids=pos.repeat_interleave(n, 1), generation_config=gc, **{kw: cache})
-        return _sampled_logprobs(out, P, gc.temperature or 0)
+        return self._run(model, P, gc, sampler, input_ids=ids.repeat(n, 1), position_ids=pos.repeat_interleave(n, 1),
+                         attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device), **{kw: cache})
 
 # %% ../nbs/08_rollout.ipynb #a359a586
 def trainer_logprobs(model, processor, prompt: RolloutPrompt, completions: list[Completion],

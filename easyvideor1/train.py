@@ -594,7 +594,7 @@ def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: lis
 def greedy_texts(model, processor, prompts, max_new_tokens: int, batch_size: int = 16) -> list[str]:
     "Greedy completions of many prompts, batched (left padded); with one completion per prompt there is no prefix to share."
     tok, out = processor.tokenizer, []
-    gen = lambda m, kw: m.generate(**kw, max_new_tokens=max_new_tokens, do_sample=False)
+    gen = lambda m, kw: m.generate(**kw, max_new_tokens=max_new_tokens, do_sample=False, repetition_penalty=1.0)  # not a model folder's 1.05
     with gathered(model):  # FSDP2: every unit gathered once (every rank enters, even with no prompt); ranks stop at different lengths
         for s in range(0, len(prompts), batch_size):
             b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left").to(unwrap_vlm(model).device)

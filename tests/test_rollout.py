@@ -55,3 +55,33 @@ def test_hf_engine_never_samples_a_vision_token(family):
             groups = HFEngine(model, proc, shared_prefix=shared).generate([prompt], sc)
             got = {t for c in groups[0] for t in c.token_ids}
             assert not got & set(banned), (shared, sc, got & set(banned))
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_hf_engine_samples_the_full_softmax_whatever_the_models_generation_config(shared):
+    """A released Qwen2.5-VL folder's generation_config (top_k=1, top_p=0.001, T=0.1, repetition_penalty=1.05), and transformers'
+    own top_k=50, must not reach the sampler: the group still differs (top_k=1 would make it greedy), the engine's
+    log-probs are the trainer's, and a token outside the model's top 50 gets drawn (the full softmax of a random model)."""
+    from transformers import GenerationConfig
+    model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=4), qwen_processor("qwen2_5_vl")
+    model.generation_config = GenerationConfig(bos_token_id=151643, pad_token_id=151643, do_sample=True, eos_token_id=[151645, 151643],
+                                               repetition_penalty=1.05, temperature=0.1, top_p=0.001, top_k=1)
+    prompts = demo_prompts("qwen2_5_vl", proc, seed=4)[1:]  # the image prompt
+    groups = HFEngine(model, proc, shared_prefix=shared).generate(prompts, SamplingConfig(n=4, temperature=1.0, max_new_tokens=6, seed=0))
+    assert len({tuple(c.token_ids) for c in groups[0]}) == 4
+    par = logprob_parity(model, proc, prompts, groups, temperature=1.0)
+    assert par.max_abs < 1e-4, par
+    from easyvideor1.rollout import processor_inputs
+    with torch.no_grad(): z = model(**processor_inputs(proc, prompts[0])).logits[0, -1]  # the first token's logits
+    top50 = set(z.topk(50).indices.tolist())
+    assert any(c.token_ids[0] not in top50 for c in groups[0]), "first tokens all inside the top 50: is top_k=50 back?"
+
+def test_inverse_cdf_sampler_draws_the_softmax_without_banned_tokens():
+    "200k draws over a 6-token row at T = 0.7 with token 2 banned: frequencies within 3e-3 of the renormalised softmax."
+    from easyvideor1.rollout import InverseCDFSampler
+    torch.manual_seed(1)
+    z = torch.tensor([[0.5, -2.0, 4.0, 1.0, 0.0, 1.5]])
+    s = InverseCDFSampler(0.7, banned_ids=[2])
+    drawn = s(None, z.repeat(200_000, 1)).argmax(-1)
+    p = (z[0] / 0.7).softmax(-1); q = p.clone(); q[2] = 0; q /= q.sum()
+    assert (torch.bincount(drawn, minlength=6) / len(drawn) - q).abs().max() < 3e-3
+    assert torch.allclose(s.logprobs()[:, 0], p.log()[drawn], atol=1e-5)

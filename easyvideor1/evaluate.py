@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .synthetic import atomic_write_text
+
 # %% auto #0
 __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'AnnotationError', 'parse_solution', 'parse_options',
            'Benchmark', 'register', 'read_training_format', 'accuracy_metrics', 'vsi_metrics', 'charades_metrics',
@@ -368,7 +370,7 @@ class LoadReport:
 
     def write(self, path):
         "Save as JSON (atomically), beside a run's results."
-        _atomic_write(Path(path), json.dumps(asdict(self), indent=1))
+        atomic_write_text(Path(path), json.dumps(asdict(self), indent=1))
 
     def _repr_markdown_(self):
         out = [f"**{self.file}** ({self.benchmark}): {self.rows} rows, {self.loaded} loaded, {len(self.skipped)} skipped, "
@@ -529,7 +531,7 @@ class ResultsFile:
             old = _json(self.mpath.read_text(), self.mpath)
             if d := manifest_diff(old, manifest):
                 raise ManifestMismatch(f"{self.path}: existing results were made under a different manifest; differing fields: {d}")
-        else: _atomic_write(self.mpath, json.dumps(manifest, indent=1, sort_keys=True))
+        else: atomic_write_text(self.mpath, json.dumps(manifest, indent=1, sort_keys=True))
         if self.path.exists():
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):  # drop the half-written tail of a killed run
@@ -547,10 +549,6 @@ class ResultsFile:
     def close(self): self._f.close()
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
-
-def _atomic_write(path: Path, text: str):
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text); os.replace(tmp, path)
 
 # %% ../nbs/11_evaluate.ipynb #0dcdb0d9
 def file_digest(paths: Iterable, chunk: int = 1 << 20) -> str:
@@ -847,7 +845,7 @@ def drop_failed(path) -> list[dict]:
     path = Path(path)
     rows = read_results(path)
     bad = [r for r in rows if r.get("error")]
-    if bad: _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows if not r.get("error")))
+    if bad: atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows if not r.get("error")))
     return bad
 
 def failure_counts(rows: list[dict]) -> dict[str, int]:

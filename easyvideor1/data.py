@@ -9,12 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 import torch
+from .rewards import extract_ground_truth
 from .video import ImageContract, load_video, load_image
 
 # %% auto #0
 __all__ = ['PROMPT_FAMILY', 'REASONING', 'ANSWER_FORMAT', 'DEFAULT_QUESTION', 'WINDOW_FIELDS', 'DataError', 'iter_rows', 'Sample',
-           'unwrap_solution', 'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt',
-           'build_messages', 'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
+           'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt', 'build_messages',
+           'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
            'check_placeholders', 'check_inputs', 'prompt_inputs', 'with_completion', 'Batch', 'collate', 'batch_item',
            'check_batch', 'split', 'dummy_vision_inputs', 'VLMCall', 'call_vlm', 'unwrap_vlm', 'encode_vision',
            'forward_vlm', 'DummyVisionWrapper', 'Cost', 'sample_cost', 'balance']
@@ -92,15 +93,6 @@ def _short(s: str, n: int = 60) -> str:
     s = " ".join(str(s).split()).replace("|", "\\|")
     return s if len(s) <= n else s[: n - 1] + "…"
 
-# %% ../nbs/05_data.ipynb #1209005f
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-_JUNK_TAGS = re.compile(r"</?think>|<\[PLHD[^\]]*\]>")
-
-def unwrap_solution(solution: str) -> str:
-    "The ground truth inside a benchmark `solution`: the `<answer>` content, else the text without think/filler tags."
-    m = _ANSWER_TAG.search(solution)
-    return (m.group(1) if m else _JUNK_TAGS.sub("", solution)).strip()
-
 # %% ../nbs/05_data.ipynb #b3b7c104
 def _as_list(v, what: str) -> list[str]:
     if v is None: return []
@@ -126,7 +118,7 @@ def _parse_row(row, where: str, root: Path) -> Sample:
     if not isinstance(row, dict): raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
     for k in ("problem", "problem_type"):
         if not isinstance(row.get(k), str): raise ValueError(f"missing or non-string `{k}`")
-    if "solution" in row: answer = unwrap_solution(_as_answer(row["solution"]))
+    if "solution" in row: answer = extract_ground_truth(_as_answer(row["solution"]))
     elif "answer" in row: answer = _as_answer(row["answer"])
     else: raise ValueError("no `answer` (training format) or `solution` (benchmark format)")
     data_type = row.get("data_type") or "text"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .rewards import extract_ground_truth, find_answer
 from .synthetic import atomic_write_text
 
 # %% auto #0
@@ -56,9 +57,7 @@ class EvalItem:
 class AnnotationError(ValueError):
     "An annotation record that cannot be read, naming its file, line and field."
 
-_ANSWER_RE = re.compile(r"<answer>(.*)</answer>", re.S)
 _THINK_RE = re.compile(r"<think>(.*)</think>", re.S)
-_LOOSE_ANSWER_RE = re.compile(r"<\s*answer\s*>(.*?)(?:<\s*/\s*answer\s*>|\Z)", re.S | re.I)
 _OPTION_RE = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s*(.*)$", re.S)
 
 def _kind(x) -> str: return "null" if x is None else type(x).__name__
@@ -68,15 +67,14 @@ def _need_str(x, name: str, where: str) -> str:
     return x
 
 def parse_solution(solution: str, where: str = "",
-                   strict: bool = False,  # refuse a solution without complete <answer> / <think> tags
+                   strict: bool = False,  # refuse a solution without a complete <answer> (or <think>) tag
                    ) -> str:
-    "The ground truth inside `<answer>` (or Charades-STA's `<think>`) tags; an unclosed tag's content or a tagless text as written."
+    "The ground truth of an annotation's `solution` as the reward router reads it (`extract_ground_truth`); errors name the record."
     _need_str(solution, "solution", where)
-    if m := _ANSWER_RE.search(solution): return m.group(1).strip()
-    if m := _THINK_RE.search(solution): return m.group(1).strip()
-    if strict: raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag: {solution[:80]!r}")
-    m = _LOOSE_ANSWER_RE.search(solution)
-    answer = (m.group(1) if m else solution).strip()
+    tag = find_answer(solution)
+    if strict and not (tag.exact if tag else _THINK_RE.search(solution)):
+        raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag written in full: {solution[:80]!r}")
+    answer = extract_ground_truth(solution)
     if not answer: raise AnnotationError(f"{where}: field 'solution' is empty: {solution[:80]!r}")
     return answer
 

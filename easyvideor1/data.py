@@ -270,25 +270,23 @@ class Media:
 # %% ../nbs/05_data.ipynb #51a8f2d1
 WINDOW_FIELDS = (("video_start", "video_end"), ("start", "end"))  # the clip window as qwen-vl-utils writes it (canonical), and as MVBench does
 
-def clip_window(row: dict, where: str = "") -> dict:
+def clip_window(row: dict, where: str = "",
+                error: type[Exception] = ValueError,  # what a bad window raises (the evaluator: `AnnotationError`)
+                ) -> dict:
     "A row's clip window as `load_video` keywords (`start` / `end`, float seconds), from either spelling; {} for the whole clip."
     found = {}
     for s_key, e_key in WINDOW_FIELDS:
         for k, name in ((s_key, "start"), (e_key, "end")):
             v = row.get(k)
             if v is None: continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)): raise ValueError(f"{where}: `{k}` must be a number of seconds, got {v!r}")
-            if not math.isfinite(v): raise ValueError(f"{where}: `{k}`={v!r} is not a finite number of seconds")
-            if name in found and found[name] != float(v): raise ValueError(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)): raise error(f"{where}: `{k}` must be a number of seconds, got {v!r}")
+            if not math.isfinite(v): raise error(f"{where}: `{k}`={v!r} is not a finite number of seconds")
+            if name in found and found[name] != float(v): raise error(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
             found[name] = float(v)
-    if found.get("start", 0.0) < 0: raise ValueError(f"{where}: clip window starts before 0 s ({found['start']})")
+    if found.get("start", 0.0) < 0: raise error(f"{where}: clip window starts before 0 s ({found['start']})")
     if "start" in found and "end" in found and found["end"] <= found["start"]:
-        raise ValueError(f"{where}: clip window ends ({found['end']}) at or before its start ({found['start']})")
+        raise error(f"{where}: clip window ends ({found['end']}) at or before its start ({found['start']})")
     return found
-
-def _window(sample: Sample) -> dict:
-    "The sample's clip window (`video_start` / `video_end`, or `start` / `end`) as `load_video` keywords."
-    return clip_window(sample.extra, sample.where)
 
 class _Direct:
     "Decode without a cache, with `FrameCache.get`'s signature."
@@ -306,8 +304,7 @@ def load_media(
     "Frames (and video metadata) of every video and image of a sample, under separate video and image contracts."
     videos, metas, images = [], [], []
     for p in sample.videos:
-        win = _window(sample)
-        frames, meta = (cache or _Direct).get(p, video_contract, **win)
+        frames, meta = (cache or _Direct).get(p, video_contract, **clip_window(sample.extra, sample.where))
         videos.append(frames); metas.append(meta)
     for p in sample.images:
         images.append((cache or _Direct).get(p, image_contract)[0])

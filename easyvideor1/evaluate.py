@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .data import clip_window
 from .rewards import extract_ground_truth, find_answer
 from .synthetic import atomic_write_text
 
@@ -137,7 +138,7 @@ class Benchmark:
         return EvalItem(self.name, _item_id(rec["problem_id"], where), pt, _need_str(rec.get("problem") or rec.get("question") or "", "problem", where),
                         answer, [f"{l}. {t}" for l, t in opts], video=_opt_str(rec, "path", where), image=_opt_str(rec, "image_path", where),
                         category=_key(self.category(rec), "category", where), task=_key(self.task(rec), "task", where), source=where,
-                        tests=_tests(rec, where), **_window(rec, where))
+                        tests=_tests(rec, where), **clip_window(rec, where, AnnotationError))
 
 def _opt_str(rec: dict, name: str, where: str) -> str | None:
     return None if rec.get(name) is None else _need_str(rec[name], name, where)
@@ -158,12 +159,6 @@ def _time_only(answer: str, where: str) -> str:
     try: return json.dumps({"time": json.loads(answer)["time"]})
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
         raise AnnotationError(f"{where}: temporal-grounding solution {answer[:80]!r} is not JSON with a 'time' field ({type(e).__name__})") from None
-
-def _window(rec: dict, where: str) -> dict:
-    "A record's clip window (`video_start` / `video_end`, or MVBench's `start` / `end`) in seconds, as every tool reads it; a bad one is an error."
-    from easyvideor1.data import clip_window
-    try: return clip_window(rec, where)
-    except ValueError as e: raise AnnotationError(str(e)) from None
 
 def _tests(rec: dict, where: str) -> list[str]:
     "A code record's `tests`, as the code scorer takes them."
@@ -234,7 +229,7 @@ def read_training_format(b: Benchmark, rec: dict, where: str, strict: bool = Fal
     return EvalItem(b.name, pid, pt, q, ans, [f"{l}. {t}" for l, t in opts], video=vids[0] if vids else None,
                     image=imgs[0] if imgs else None, source=where,
                     category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, "category", where),
-                    tests=_tests(rec, where), **_window(rec, where))
+                    tests=_tests(rec, where), **clip_window(rec, where, AnnotationError))
 
 def _str_list(rec: dict, name: str, where: str) -> list[str]:
     v = rec.get(name) or []

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from .data import clip_window
 from .rewards import extract_ground_truth, find_answer
-from .synthetic import atomic_write_text
+from .synthetic import atomic_write_text, read_jsonl
 
 # %% auto #0
 __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'AnnotationError', 'parse_solution', 'parse_options',
@@ -21,7 +21,7 @@ __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'An
            'stvg_metrics', 'ovo_metrics', 'summarize_rows', 'read_rows', 'read_records', 'recognise',
            'AnnotationWarning', 'LoadReport', 'load_annotations', 'load_benchmark', 'to_sample', 'item_prompt',
            'score_response', 'oracle_response', 'oracle_check', 'oracle_scores', 'result_fields', 'ManifestMismatch',
-           'manifest_diff', 'read_results', 'ResultsFile', 'file_digest', 'weights_digest', 'package_versions',
+           'manifest_diff', 'read_results', 'ResultsFile', 'files_digest', 'weights_digest', 'package_versions',
            'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'PipelineError', 'is_transient',
            'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'chat_text', 'HFEvalEngine',
            'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows',
@@ -505,14 +505,8 @@ def manifest_diff(a: dict, b: dict) -> dict:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 def read_results(path) -> list[dict]:
-    "The complete result rows of a results JSONL (a truncated last line is ignored)."
-    path = Path(path)
-    if not path.exists(): return []
-    rows = []
-    for line in path.read_text().splitlines(keepends=True):
-        if not line.endswith("\n"): break  # the write that a kill interrupted
-        rows.append(_json(line, path, len(rows) + 1))
-    return rows
+    "The complete result rows of a results JSONL (the last line a kill interrupted is ignored)."
+    return read_jsonl(path, torn_tail=True)
 
 class ResultsFile:
     "Append-only results JSONL with its manifest; resumes by item id."
@@ -544,7 +538,7 @@ class ResultsFile:
     def __exit__(self, *a): self.close()
 
 # %% ../nbs/11_evaluate.ipynb #0dcdb0d9
-def file_digest(paths: Iterable, chunk: int = 1 << 20) -> str:
+def files_digest(paths: Iterable, chunk: int = 1 << 20) -> str:
     "sha256 over the contents of `paths` in sorted order."
     h = hashlib.sha256()
     for p in sorted(Path(p) for p in paths):
@@ -558,7 +552,7 @@ def weights_digest(model_dir) -> str:
     d = Path(model_dir)
     files = [p for p in d.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"]
     if not files: raise FileNotFoundError(f"{d}: no weight files (*.safetensors, *.bin) to digest")
-    return file_digest(files)
+    return files_digest(files)
 
 def package_versions(names=("easyvideor1", "torch", "transformers", "vllm")) -> dict:
     "Installed versions of the packages that compute the numbers (None when absent)."
@@ -962,7 +956,7 @@ def evaluate_file(annotation_file, engine, out_dir, load_media: Callable[[EvalIt
     "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming); return its summary with the load and failure counts."
     bench, items, load = load_annotations(annotation_file, name, strict)
     items = items[:max_items]
-    m = {**manifest, "benchmark": bench.name, "annotation_digest": file_digest([annotation_file]), "annotation_load": load.counts()}
+    m = {**manifest, "benchmark": bench.name, "annotation_digest": files_digest([annotation_file]), "annotation_load": load.counts()}
     path = Path(out_dir) / f"{Path(annotation_file).stem}.jsonl"
     if retry_failed: ResultsFile(path, m).close(); drop_failed(path)  # the manifest is checked before anything is dropped
     with ResultsFile(path, m) as rf:

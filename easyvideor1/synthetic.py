@@ -19,7 +19,7 @@ from PIL import Image
 __all__ = ['COLORS', 'DIRECTIONS', 'TASKS', 'Example', 'direction_clip', 'show_frames', 'color_clip', 'count_clip', 'appear_clip',
            'stg_clip', 'track_clip', 'ground_image', 'moves_clip', 'tmp_name', 'atomic_write', 'atomic_write_text',
            'sweep_tmp', 'rgb_to_yuv420', 'write_video', 'write_image', 'decode_mp4', 'to_row', 'make_suite',
-           'read_jsonl', 'load_media', 'answer_boxes', 'show_examples', 'main']
+           'read_jsonl', 'row_media', 'answer_boxes', 'show_examples', 'main']
 
 # %% ../nbs/00_synthetic.ipynb #0515958f
 @dataclass
@@ -434,17 +434,23 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, (val.jsonl,) test
     return out
 
 # %% ../nbs/00_synthetic.ipynb #3ae74d53
-def read_jsonl(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path,
+               torn_tail: bool = False,  # a log being appended to: a missing file is [], an unfinished last line (a kill mid-write) is dropped
+               ) -> list[dict]:
     "Rows of a jsonl file; a malformed line is an error naming the file and line."
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    path = Path(path)
+    if torn_tail and not path.exists(): return []
+    rows, text = [], path.read_text()
+    lines = text.splitlines()
+    if torn_tail and lines and not text.endswith("\n"): lines = lines[:-1]
+    for n, line in enumerate(lines, 1):
         if not line.strip(): continue
         try: rows.append(json.loads(line))
         except json.JSONDecodeError as e: raise ValueError(f"{path}:{n}: not JSON: {e}") from e
     return rows
 
 # %% ../nbs/00_synthetic.ipynb #fc57c367
-def load_media(root: str | Path, row: dict) -> tuple[torch.Tensor, float]:
+def row_media(root: str | Path, row: dict) -> tuple[torch.Tensor, float]:
     "Decode a row's media: a video as uint8 (T, C, H, W) with its fps, an image as (C, H, W) with fps 0."
     if row["data_type"] == "video": return decode_mp4(Path(root) / row["videos"][0])
     img = np.array(Image.open(Path(root) / row["images"][0]).convert("RGB"))  # (H, W, 3)
@@ -465,7 +471,7 @@ def show_examples(root: str | Path, rows: list[dict],
     fig = Figure(figsize=(size * ncols, (size + 0.25) * len(rows)))
     axs = fig.subplots(len(rows), ncols, squeeze=False)
     for r, ax_row in zip(rows, axs):
-        frames, fps = load_media(root, r)
+        frames, fps = row_media(root, r)
         x, boxes = _to_thwc(frames), answer_boxes(r, fps)
         for i, ax in enumerate(ax_row):
             ax.axis("off")
@@ -502,7 +508,7 @@ def main(argv: list[str] | None = None):
     for r in rows["train"] + rows["test"]: first.setdefault(r["data_source"], r)
     table = []
     for src, r in first.items():
-        frames, fps = load_media(root, r)
+        frames, fps = row_media(root, r)
         n = {s: sum(x["data_source"] == src for x in rows[s]) for s in rows}
         table.append({"task": src.split("/")[-1], "problem_type": r["problem_type"], "train": n["train"], "test": n["test"],
                       "decoded": "x".join(map(str, frames.shape)) + (f" @ {fps:g} fps" if fps else ""), "example answer": r["answer"]})

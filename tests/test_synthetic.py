@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from easyvideor1.synthetic import TASKS, decode_mp4, load_media, main, make_suite, read_jsonl
+from easyvideor1.synthetic import TASKS, decode_mp4, main, make_suite, read_jsonl, row_media
 
 KEYS = {"problem_id", "problem", "answer", "problem_type", "data_type", "options", "has_offline_trajectory", "offline_output"}
 
@@ -56,7 +56,7 @@ def test_same_seed_same_files_across_processes(cli_suite, tmp_path):
     for split in ("train", "test"):
         assert (mine / f"{split}.jsonl").read_text() == (cli_suite / f"{split}.jsonl").read_text()
     for row in read_jsonl(mine / "train.jsonl") + read_jsonl(mine / "test.jsonl"):
-        (a, fa), (b, fb) = load_media(mine, row), load_media(cli_suite, row)
+        (a, fa), (b, fb) = row_media(mine, row), row_media(cli_suite, row)
         assert fa == fb and torch.equal(a, b), f"{row['problem_id']}: decoded frames differ"
         rel = (row.get("videos") or row.get("images"))[0]
         assert (mine / rel).read_bytes() == (cli_suite / rel).read_bytes(), f"{rel}: bytes differ"

@@ -25,7 +25,7 @@ __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'An
            'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'PipelineError', 'is_transient',
            'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'chat_text', 'HFEvalEngine',
            'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows',
-           'markdown_table', 'bar_chart', 'report', 'folder_family', 'contracts_for', 'load_hf_engine', 'main']
+           'markdown_table', 'bar_chart', 'report', 'contracts_for', 'load_hf_engine', 'main']
 
 # %% ../nbs/11_evaluate.ipynb #979b69c1
 @dataclass
@@ -569,11 +569,9 @@ def _contract_dict(c):
     return None if c is None else {**asdict(c), "hash": c.hash}
 
 def state_dict_digest(model) -> str:
-    "sha256 over a model's parameters and buffers (an in-memory model, e.g. during training)."
-    h = hashlib.sha256()
-    for k, t in sorted(model.state_dict().items()):
-        h.update(k.encode()); h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    "The weights digest of an in-memory model (e.g. during training): `models.param_digest` of its state dict."
+    from easyvideor1.models import param_digest
+    return param_digest(model.state_dict().items())
 
 def make_manifest(model_dir=None, contract=None, image_contract=None, sampling: dict | None = None,
                   seed: int = 0, engine: str = "hf",
@@ -900,9 +898,9 @@ class VLLMAsyncEngine:
         import asyncio
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-        from easyvideor1.models import qwen_processor
+        from easyvideor1.models import model_family, qwen_processor
         from easyvideor1.rollout import SamplingConfig, vllm_sampling_params
-        self.processor, self.family = qwen_processor(model_dir), folder_family(model_dir)
+        self.processor, self.family = qwen_processor(model_dir), model_family(model_dir)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True, name="vllm-loop").start()
         args = AsyncEngineArgs(model=str(model_dir), seed=seed, max_model_len=max_model_len,
@@ -1072,11 +1070,6 @@ def report(run_dirs: list, out_dir) -> dict:
     return {"md": out / "summary.md", "csv": out / "summary.csv", "png": out / "scores.png"}
 
 # %% ../nbs/11_evaluate.ipynb #e4f7fe27
-def folder_family(model_dir) -> str:
-    "`qwen2_5_vl` or `qwen3_vl`, from a model folder's config."
-    from easyvideor1.models import check_family
-    return check_family(json.loads((Path(model_dir) / "config.json").read_text())["model_type"])
-
 def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixels: int | None = None, max_pixels: int | None = None,
                   total_pixels: int | None = None, image_max_pixels: int | None = None):
     "Video and image contracts with the family's patch factor (28 for Qwen2.5-VL, 32 for Qwen3-VL)."
@@ -1164,7 +1157,8 @@ def main(argv=None) -> int:
         print(json.dumps({k: str(v) for k, v in report(a.runs, a.out).items()}))
     else:
         if a.engine != "oracle" and not a.model: raise SystemExit("--model is required unless --engine oracle")
-        family = folder_family(a.model) if a.model else "qwen2_5_vl"
+        from easyvideor1.models import model_family
+        family = model_family(a.model) if a.model else "qwen2_5_vl"
         vc, ic = contracts_for(family, a.fps, a.max_frames, a.min_pixels, a.max_pixels)
         engine, sampling = _engine_from_args(a, family)
         manifest = make_manifest(a.model, vc, ic, sampling, a.seed, a.engine)

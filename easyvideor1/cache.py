@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_cache.ipynb #02906ea4
 from __future__ import annotations
-import hashlib, json, os, secrets, time
+import hashlib, json, os, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
@@ -13,25 +13,16 @@ import torch
 
 from .video import (VideoContract, ImageContract, VideoMetadata, load_video, load_image,
                                DECODE_TIMEOUT, MediaDecodeError)
+from .synthetic import atomic_write, atomic_write_text, sweep_tmp
 
 # %% auto #0
-__all__ = ['CACHE_FORMAT', 'file_digest', 'atomic_write_text', 'DigestMemo', 'CacheContractError', 'CacheEntryError',
-           'CacheStats', 'FrameCache', 'get', 'ensure', 'clean_tmp']
+__all__ = ['CACHE_FORMAT', 'file_digest', 'DigestMemo', 'CacheContractError', 'CacheEntryError', 'CacheStats', 'FrameCache',
+           'get', 'ensure', 'clean_tmp']
 
 # %% ../nbs/03_cache.ipynb #da56a0ca
 def file_digest(path:str|Path) -> str:
     "sha256 hex digest of a file's bytes."
     with open(path, "rb") as f: return hashlib.file_digest(f, "sha256").hexdigest()
-
-def _tmp_name(path:Path) -> Path:
-    "A unique temporary name beside `path` (carries the writer's pid, see `FrameCache.clean_tmp`)."
-    return path.with_name(f".tmp.{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
-
-def atomic_write_text(path:Path, text:str):
-    "Write `text` to `path` through a temporary file and a rename: readers see the old file or the new, never half."
-    tmp = _tmp_name(path)
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 # %% ../nbs/03_cache.ipynb #9e5c1d95
 class DigestMemo:
@@ -123,9 +114,9 @@ def _store(self:FrameCache, key:str, path, contract, frames:torch.Tensor, meta:V
     "Write one entry atomically: the array, then the metadata that makes it visible."
     npy, js = self.paths(key)
     npy.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(npy)
-    with open(tmp, "wb") as f: np.save(f, frames.numpy(), allow_pickle=False)
-    os.replace(tmp, npy)
+    def write(tmp):
+        with open(tmp, "wb") as f: np.save(f, frames.numpy(), allow_pickle=False)
+    atomic_write(npy, write)
     st = Path(path).stat()
     info = dict(format=CACHE_FORMAT, key=key, shape=list(frames.shape), dtype="uint8",
                 source=dict(path=str(Path(path).resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns, digest=self.digest(path)),
@@ -177,18 +168,7 @@ def ensure(self:FrameCache, path:str|Path, contract:VideoContract|ImageContract,
 FrameCache.ensure = ensure
 
 # %% ../nbs/03_cache.ipynb #cc66a78e
-def _pid_alive(pid:int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True  # exists, owned by someone else
-    return True
-
 def clean_tmp(self:FrameCache) -> int:
-    "Remove temporary files left by writers that are no longer running; return how many."
-    n = 0
-    for p in self.root.rglob(".tmp.*"):
-        pid = p.name.split(".")[2]
-        if not pid.isdigit() or not _pid_alive(int(pid)):
-            p.unlink(missing_ok=True); n += 1
-    return n
+    "Remove temporary files left by writers that are no longer running (`sweep_tmp`); return how many."
+    return sweep_tmp(self.root)
 FrameCache.clean_tmp = clean_tmp

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 import torch
+from .rewards import extract_ground_truth
 from .video import ImageContract, load_video, load_image
 
 # %% auto #0
 __all__ = ['PROMPT_FAMILY', 'REASONING', 'ANSWER_FORMAT', 'DEFAULT_QUESTION', 'WINDOW_FIELDS', 'DataError', 'iter_rows', 'Sample',
-           'unwrap_solution', 'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt',
-           'build_messages', 'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
+           'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt', 'build_messages',
+           'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
            'check_placeholders', 'check_inputs', 'prompt_inputs', 'with_completion', 'Batch', 'collate', 'batch_item',
            'check_batch', 'split', 'dummy_vision_inputs', 'VLMCall', 'call_vlm', 'unwrap_vlm', 'encode_vision',
            'forward_vlm', 'DummyVisionWrapper', 'Cost', 'sample_cost', 'balance']
@@ -92,15 +93,6 @@ def _short(s: str, n: int = 60) -> str:
     s = " ".join(str(s).split()).replace("|", "\\|")
     return s if len(s) <= n else s[: n - 1] + "…"
 
-# %% ../nbs/05_data.ipynb #1209005f
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-_JUNK_TAGS = re.compile(r"</?think>|<\[PLHD[^\]]*\]>")
-
-def unwrap_solution(solution: str) -> str:
-    "The ground truth inside a benchmark `solution`: the `<answer>` content, else the text without think/filler tags."
-    m = _ANSWER_TAG.search(solution)
-    return (m.group(1) if m else _JUNK_TAGS.sub("", solution)).strip()
-
 # %% ../nbs/05_data.ipynb #b3b7c104
 def _as_list(v, what: str) -> list[str]:
     if v is None: return []
@@ -126,7 +118,7 @@ def _parse_row(row, where: str, root: Path) -> Sample:
     if not isinstance(row, dict): raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
     for k in ("problem", "problem_type"):
         if not isinstance(row.get(k), str): raise ValueError(f"missing or non-string `{k}`")
-    if "solution" in row: answer = unwrap_solution(_as_answer(row["solution"]))
+    if "solution" in row: answer = extract_ground_truth(_as_answer(row["solution"]))
     elif "answer" in row: answer = _as_answer(row["answer"])
     else: raise ValueError("no `answer` (training format) or `solution` (benchmark format)")
     data_type = row.get("data_type") or "text"
@@ -278,25 +270,23 @@ class Media:
 # %% ../nbs/05_data.ipynb #51a8f2d1
 WINDOW_FIELDS = (("video_start", "video_end"), ("start", "end"))  # the clip window as qwen-vl-utils writes it (canonical), and as MVBench does
 
-def clip_window(row: dict, where: str = "") -> dict:
+def clip_window(row: dict, where: str = "",
+                error: type[Exception] = ValueError,  # what a bad window raises (the evaluator: `AnnotationError`)
+                ) -> dict:
     "A row's clip window as `load_video` keywords (`start` / `end`, float seconds), from either spelling; {} for the whole clip."
     found = {}
     for s_key, e_key in WINDOW_FIELDS:
         for k, name in ((s_key, "start"), (e_key, "end")):
             v = row.get(k)
             if v is None: continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)): raise ValueError(f"{where}: `{k}` must be a number of seconds, got {v!r}")
-            if not math.isfinite(v): raise ValueError(f"{where}: `{k}`={v!r} is not a finite number of seconds")
-            if name in found and found[name] != float(v): raise ValueError(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)): raise error(f"{where}: `{k}` must be a number of seconds, got {v!r}")
+            if not math.isfinite(v): raise error(f"{where}: `{k}`={v!r} is not a finite number of seconds")
+            if name in found and found[name] != float(v): raise error(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
             found[name] = float(v)
-    if found.get("start", 0.0) < 0: raise ValueError(f"{where}: clip window starts before 0 s ({found['start']})")
+    if found.get("start", 0.0) < 0: raise error(f"{where}: clip window starts before 0 s ({found['start']})")
     if "start" in found and "end" in found and found["end"] <= found["start"]:
-        raise ValueError(f"{where}: clip window ends ({found['end']}) at or before its start ({found['start']})")
+        raise error(f"{where}: clip window ends ({found['end']}) at or before its start ({found['start']})")
     return found
-
-def _window(sample: Sample) -> dict:
-    "The sample's clip window (`video_start` / `video_end`, or `start` / `end`) as `load_video` keywords."
-    return clip_window(sample.extra, sample.where)
 
 class _Direct:
     "Decode without a cache, with `FrameCache.get`'s signature."
@@ -314,8 +304,7 @@ def load_media(
     "Frames (and video metadata) of every video and image of a sample, under separate video and image contracts."
     videos, metas, images = [], [], []
     for p in sample.videos:
-        win = _window(sample)
-        frames, meta = (cache or _Direct).get(p, video_contract, **win)
+        frames, meta = (cache or _Direct).get(p, video_contract, **clip_window(sample.extra, sample.where))
         videos.append(frames); metas.append(meta)
     for p in sample.images:
         images.append((cache or _Direct).get(p, image_contract)[0])

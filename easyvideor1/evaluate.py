@@ -11,17 +11,21 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .data import clip_window
+from .rewards import extract_ground_truth, find_answer
+from .synthetic import atomic_write_text, read_jsonl
+
 # %% auto #0
 __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'AnnotationError', 'parse_solution', 'parse_options',
            'Benchmark', 'register', 'read_training_format', 'accuracy_metrics', 'vsi_metrics', 'charades_metrics',
            'stvg_metrics', 'ovo_metrics', 'summarize_rows', 'read_rows', 'read_records', 'recognise',
            'AnnotationWarning', 'LoadReport', 'load_annotations', 'load_benchmark', 'to_sample', 'item_prompt',
            'score_response', 'oracle_response', 'oracle_check', 'oracle_scores', 'result_fields', 'ManifestMismatch',
-           'manifest_diff', 'read_results', 'ResultsFile', 'file_digest', 'weights_digest', 'package_versions',
+           'manifest_diff', 'read_results', 'ResultsFile', 'files_digest', 'weights_digest', 'package_versions',
            'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'PipelineError', 'is_transient',
            'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'chat_text', 'HFEvalEngine',
            'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows',
-           'markdown_table', 'bar_chart', 'report', 'folder_family', 'contracts_for', 'load_hf_engine', 'main']
+           'markdown_table', 'bar_chart', 'report', 'contracts_for', 'load_hf_engine', 'main']
 
 # %% ../nbs/11_evaluate.ipynb #979b69c1
 @dataclass
@@ -54,9 +58,7 @@ class EvalItem:
 class AnnotationError(ValueError):
     "An annotation record that cannot be read, naming its file, line and field."
 
-_ANSWER_RE = re.compile(r"<answer>(.*)</answer>", re.S)
 _THINK_RE = re.compile(r"<think>(.*)</think>", re.S)
-_LOOSE_ANSWER_RE = re.compile(r"<\s*answer\s*>(.*?)(?:<\s*/\s*answer\s*>|\Z)", re.S | re.I)
 _OPTION_RE = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s*(.*)$", re.S)
 
 def _kind(x) -> str: return "null" if x is None else type(x).__name__
@@ -66,15 +68,14 @@ def _need_str(x, name: str, where: str) -> str:
     return x
 
 def parse_solution(solution: str, where: str = "",
-                   strict: bool = False,  # refuse a solution without complete <answer> / <think> tags
+                   strict: bool = False,  # refuse a solution without a complete <answer> (or <think>) tag
                    ) -> str:
-    "The ground truth inside `<answer>` (or Charades-STA's `<think>`) tags; an unclosed tag's content or a tagless text as written."
+    "The ground truth of an annotation's `solution` as the reward router reads it (`extract_ground_truth`); errors name the record."
     _need_str(solution, "solution", where)
-    if m := _ANSWER_RE.search(solution): return m.group(1).strip()
-    if m := _THINK_RE.search(solution): return m.group(1).strip()
-    if strict: raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag: {solution[:80]!r}")
-    m = _LOOSE_ANSWER_RE.search(solution)
-    answer = (m.group(1) if m else solution).strip()
+    tag = find_answer(solution)
+    if strict and not (tag.exact if tag else _THINK_RE.search(solution)):
+        raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag written in full: {solution[:80]!r}")
+    answer = extract_ground_truth(solution)
     if not answer: raise AnnotationError(f"{where}: field 'solution' is empty: {solution[:80]!r}")
     return answer
 
@@ -137,7 +138,7 @@ class Benchmark:
         return EvalItem(self.name, _item_id(rec["problem_id"], where), pt, _need_str(rec.get("problem") or rec.get("question") or "", "problem", where),
                         answer, [f"{l}. {t}" for l, t in opts], video=_opt_str(rec, "path", where), image=_opt_str(rec, "image_path", where),
                         category=_key(self.category(rec), "category", where), task=_key(self.task(rec), "task", where), source=where,
-                        tests=_tests(rec, where), **_window(rec, where))
+                        tests=_tests(rec, where), **clip_window(rec, where, AnnotationError))
 
 def _opt_str(rec: dict, name: str, where: str) -> str | None:
     return None if rec.get(name) is None else _need_str(rec[name], name, where)
@@ -158,12 +159,6 @@ def _time_only(answer: str, where: str) -> str:
     try: return json.dumps({"time": json.loads(answer)["time"]})
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
         raise AnnotationError(f"{where}: temporal-grounding solution {answer[:80]!r} is not JSON with a 'time' field ({type(e).__name__})") from None
-
-def _window(rec: dict, where: str) -> dict:
-    "A record's clip window (`video_start` / `video_end`, or MVBench's `start` / `end`) in seconds, as every tool reads it; a bad one is an error."
-    from easyvideor1.data import clip_window
-    try: return clip_window(rec, where)
-    except ValueError as e: raise AnnotationError(str(e)) from None
 
 def _tests(rec: dict, where: str) -> list[str]:
     "A code record's `tests`, as the code scorer takes them."
@@ -234,7 +229,7 @@ def read_training_format(b: Benchmark, rec: dict, where: str, strict: bool = Fal
     return EvalItem(b.name, pid, pt, q, ans, [f"{l}. {t}" for l, t in opts], video=vids[0] if vids else None,
                     image=imgs[0] if imgs else None, source=where,
                     category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, "category", where),
-                    tests=_tests(rec, where), **_window(rec, where))
+                    tests=_tests(rec, where), **clip_window(rec, where, AnnotationError))
 
 def _str_list(rec: dict, name: str, where: str) -> list[str]:
     v = rec.get(name) or []
@@ -368,7 +363,7 @@ class LoadReport:
 
     def write(self, path):
         "Save as JSON (atomically), beside a run's results."
-        _atomic_write(Path(path), json.dumps(asdict(self), indent=1))
+        atomic_write_text(Path(path), json.dumps(asdict(self), indent=1))
 
     def _repr_markdown_(self):
         out = [f"**{self.file}** ({self.benchmark}): {self.rows} rows, {self.loaded} loaded, {len(self.skipped)} skipped, "
@@ -510,14 +505,8 @@ def manifest_diff(a: dict, b: dict) -> dict:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 def read_results(path) -> list[dict]:
-    "The complete result rows of a results JSONL (a truncated last line is ignored)."
-    path = Path(path)
-    if not path.exists(): return []
-    rows = []
-    for line in path.read_text().splitlines(keepends=True):
-        if not line.endswith("\n"): break  # the write that a kill interrupted
-        rows.append(_json(line, path, len(rows) + 1))
-    return rows
+    "The complete result rows of a results JSONL (the last line a kill interrupted is ignored)."
+    return read_jsonl(path, torn_tail=True)
 
 class ResultsFile:
     "Append-only results JSONL with its manifest; resumes by item id."
@@ -529,7 +518,7 @@ class ResultsFile:
             old = _json(self.mpath.read_text(), self.mpath)
             if d := manifest_diff(old, manifest):
                 raise ManifestMismatch(f"{self.path}: existing results were made under a different manifest; differing fields: {d}")
-        else: _atomic_write(self.mpath, json.dumps(manifest, indent=1, sort_keys=True))
+        else: atomic_write_text(self.mpath, json.dumps(manifest, indent=1, sort_keys=True))
         if self.path.exists():
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):  # drop the half-written tail of a killed run
@@ -548,12 +537,8 @@ class ResultsFile:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-def _atomic_write(path: Path, text: str):
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text); os.replace(tmp, path)
-
 # %% ../nbs/11_evaluate.ipynb #0dcdb0d9
-def file_digest(paths: Iterable, chunk: int = 1 << 20) -> str:
+def files_digest(paths: Iterable, chunk: int = 1 << 20) -> str:
     "sha256 over the contents of `paths` in sorted order."
     h = hashlib.sha256()
     for p in sorted(Path(p) for p in paths):
@@ -567,7 +552,7 @@ def weights_digest(model_dir) -> str:
     d = Path(model_dir)
     files = [p for p in d.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"]
     if not files: raise FileNotFoundError(f"{d}: no weight files (*.safetensors, *.bin) to digest")
-    return file_digest(files)
+    return files_digest(files)
 
 def package_versions(names=("easyvideor1", "torch", "transformers", "vllm")) -> dict:
     "Installed versions of the packages that compute the numbers (None when absent)."
@@ -584,11 +569,9 @@ def _contract_dict(c):
     return None if c is None else {**asdict(c), "hash": c.hash}
 
 def state_dict_digest(model) -> str:
-    "sha256 over a model's parameters and buffers (an in-memory model, e.g. during training)."
-    h = hashlib.sha256()
-    for k, t in sorted(model.state_dict().items()):
-        h.update(k.encode()); h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    "The weights digest of an in-memory model (e.g. during training): `models.param_digest` of its state dict."
+    from easyvideor1.models import param_digest
+    return param_digest(model.state_dict().items())
 
 def make_manifest(model_dir=None, contract=None, image_contract=None, sampling: dict | None = None,
                   seed: int = 0, engine: str = "hf",
@@ -847,7 +830,7 @@ def drop_failed(path) -> list[dict]:
     path = Path(path)
     rows = read_results(path)
     bad = [r for r in rows if r.get("error")]
-    if bad: _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows if not r.get("error")))
+    if bad: atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows if not r.get("error")))
     return bad
 
 def failure_counts(rows: list[dict]) -> dict[str, int]:
@@ -915,9 +898,9 @@ class VLLMAsyncEngine:
         import asyncio
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-        from easyvideor1.models import qwen_processor
+        from easyvideor1.models import model_family, qwen_processor
         from easyvideor1.rollout import SamplingConfig, vllm_sampling_params
-        self.processor, self.family = qwen_processor(model_dir), folder_family(model_dir)
+        self.processor, self.family = qwen_processor(model_dir), model_family(model_dir)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True, name="vllm-loop").start()
         args = AsyncEngineArgs(model=str(model_dir), seed=seed, max_model_len=max_model_len,
@@ -971,7 +954,7 @@ def evaluate_file(annotation_file, engine, out_dir, load_media: Callable[[EvalIt
     "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming); return its summary with the load and failure counts."
     bench, items, load = load_annotations(annotation_file, name, strict)
     items = items[:max_items]
-    m = {**manifest, "benchmark": bench.name, "annotation_digest": file_digest([annotation_file]), "annotation_load": load.counts()}
+    m = {**manifest, "benchmark": bench.name, "annotation_digest": files_digest([annotation_file]), "annotation_load": load.counts()}
     path = Path(out_dir) / f"{Path(annotation_file).stem}.jsonl"
     if retry_failed: ResultsFile(path, m).close(); drop_failed(path)  # the manifest is checked before anything is dropped
     with ResultsFile(path, m) as rf:
@@ -1087,11 +1070,6 @@ def report(run_dirs: list, out_dir) -> dict:
     return {"md": out / "summary.md", "csv": out / "summary.csv", "png": out / "scores.png"}
 
 # %% ../nbs/11_evaluate.ipynb #e4f7fe27
-def folder_family(model_dir) -> str:
-    "`qwen2_5_vl` or `qwen3_vl`, from a model folder's config."
-    from easyvideor1.models import check_family
-    return check_family(json.loads((Path(model_dir) / "config.json").read_text())["model_type"])
-
 def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixels: int | None = None, max_pixels: int | None = None,
                   total_pixels: int | None = None, image_max_pixels: int | None = None):
     "Video and image contracts with the family's patch factor (28 for Qwen2.5-VL, 32 for Qwen3-VL)."
@@ -1179,7 +1157,8 @@ def main(argv=None) -> int:
         print(json.dumps({k: str(v) for k, v in report(a.runs, a.out).items()}))
     else:
         if a.engine != "oracle" and not a.model: raise SystemExit("--model is required unless --engine oracle")
-        family = folder_family(a.model) if a.model else "qwen2_5_vl"
+        from easyvideor1.models import model_family
+        family = model_family(a.model) if a.model else "qwen2_5_vl"
         vc, ic = contracts_for(family, a.fps, a.max_frames, a.min_pixels, a.max_pixels)
         engine, sampling = _engine_from_args(a, family)
         manifest = make_manifest(a.model, vc, ic, sampling, a.seed, a.engine)

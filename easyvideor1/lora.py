@@ -20,6 +20,7 @@ from peft.tuners.lora import LoraLayer
 from peft.tuners.tuners_utils import BaseTunerLayer
 
 from .data import unwrap_vlm
+from .models import param_digest
 
 # %% ../nbs/09b_lora.ipynb #9135d608
 LORA_TARGET = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"  # attention + MLP of every decoder layer
@@ -159,10 +160,7 @@ def merged_state_items(model, merged: bool = True):
 
 def base_digest(model) -> str:
     "sha256 of the frozen base weights (transformers' names, name order): unchanged by any LoRA training."
-    h = hashlib.sha256()
-    for name, t in sorted(merged_state_items(model, merged=False), key=lambda x: x[0]):
-        h.update(name.encode()); h.update(t.float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+    return param_digest(merged_state_items(model, merged=False))
 
 # %% ../nbs/09b_lora.ipynb #cdc03c12
 PEFT_PREFIX = "base_model.model."  # how `PeftModel.save_pretrained` names the keys
@@ -212,14 +210,13 @@ def save_merged(model, folder: str | Path, processor=None, is_main: bool = True)
 # %% ../nbs/09b_lora.ipynb #caa5ebbe
 def merge_checkpoint(ckpt: str | Path, out: str | Path) -> Path:
     "A trainer checkpoint's adapter merged into its rebuilt base, written as a full transformers folder (with the processor)."
-    from easyvideor1.models import PROCESSOR_CLASSES, model_family, qwen_vlm
-    from easyvideor1.train import _family_size
+    from easyvideor1.models import PROCESSOR_CLASSES, model_family, model_spec, qwen_vlm
     ckpt = Path(ckpt)
     state_file = ckpt / "trainer_state.json"
     if not state_file.exists(): raise FileNotFoundError(f"{ckpt}: no trainer_state.json (not a trainer checkpoint)")
     cfg = json.loads(state_file.read_text())["config"]
     if not cfg.get("lora_rank"): raise ValueError(f"{ckpt}: a full fine-tuning checkpoint (lora_rank=0): its model/ folder is already full")
-    fam, size = _family_size(cfg["model"])
+    fam, size = model_spec(cfg["model"])
     model = qwen_vlm(fam, size or "tiny", seed=cfg["seed"], dtype=getattr(torch, cfg["dtype"]))
     apply_lora(model, cfg["lora_rank"], cfg["lora_alpha"], cfg["lora_dropout"], cfg["lora_target"])
     load_adapter(model, ckpt / "adapter")

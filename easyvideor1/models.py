@@ -10,10 +10,10 @@ __all__ = ['SPECIAL_TOKENS', 'ENDOFTEXT_ID', 'IM_START_ID', 'IM_END_ID', 'VISION
            'build_qwen_tokenizer', 'check_family', 'check_tokenizer', 'cache_root', 'save_atomic', 'qwen_tokenizer',
            'banned_vision_token_ids', 'Qwen3VLFlatVideoProcessor', 'qwen_processor', 'load_qwen_processor',
            'set_budgets', 'video_message', 'image_message', 'shapes', 'qwen_vl_config', 'qwen_generation_config',
-           'model_family', 'qwen_vlm', 'save_vlm']
+           'model_family', 'model_spec', 'qwen_vlm', 'param_digest', 'save_vlm']
 
 # %% ../nbs/01_models.ipynb #ef104d83
-import os, json, shutil, tempfile, functools
+import os, json, hashlib, shutil, tempfile, functools
 from pathlib import Path
 import torch, transformers
 from tokenizers import AddedToken
@@ -333,8 +333,7 @@ def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProc
     folder = Path(folder)
     if not (folder/"config.json").exists(): raise FileNotFoundError(
         f"{folder}: not a model family {FAMILIES} nor a model folder with config.json")
-    family = check_family(json.loads((folder/"config.json").read_text())["model_type"])
-    return PROCESSOR_CLASSES[family].from_pretrained(folder, local_files_only=True)
+    return PROCESSOR_CLASSES[model_family(folder)].from_pretrained(folder, local_files_only=True)
 
 # %% ../nbs/01_models.ipynb #68c6324c
 def set_budgets(proc, image_min_pixels=None, image_max_pixels=None, video_min_pixels=None, video_max_pixels=None,
@@ -427,10 +426,19 @@ def qwen_generation_config() -> GenerationConfig:
                             do_sample=False, suppress_tokens=banned_vision_token_ids())
 
 # %% ../nbs/01_models.ipynb #5f494f8a
-def model_family(model_or_config) -> str:
-    "The family (`qwen2_5_vl` or `qwen3_vl`) of a model or config."
-    cfg = getattr(model_or_config, "config", model_or_config)
-    return check_family(cfg.model_type)
+def model_family(model) -> str:
+    "The family (`qwen2_5_vl` or `qwen3_vl`) of a model, its config, or a model folder (its config.json)."
+    if isinstance(model, (str, Path)):
+        cfg = Path(model) / "config.json"
+        if not cfg.exists(): raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
+        return check_family(json.loads(cfg.read_text())["model_type"])
+    return check_family(getattr(model, "config", model).model_type)
+
+# %% ../nbs/01_models.ipynb #043373ff
+def model_spec(model: str) -> tuple[str, str | None]:
+    "'qwen2_5_vl:small' -> ('qwen2_5_vl', 'small'), 'qwen3_vl' -> ('qwen3_vl', 'tiny'); a folder -> (folder, None)."
+    fam, _, size = model.partition(":")
+    return (fam, size or "tiny") if fam in FAMILIES else (model, None)
 
 # %% ../nbs/01_models.ipynb #070abc6e
 def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder saved by `save_vlm`/`save_pretrained`
@@ -455,6 +463,15 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder s
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     model.generation_config = qwen_generation_config()
     return model.eval()
+
+# %% ../nbs/01_models.ipynb #6b040096
+def param_digest(named_tensors) -> str:
+    "sha256 over `(name, tensor)` pairs in name order: each name, then the tensor's float32 bytes."
+    h = hashlib.sha256()
+    for name, t in sorted(named_tensors, key=lambda x: x[0]):
+        h.update(name.encode())
+        h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 # %% ../nbs/01_models.ipynb #c891f3c2
 def save_vlm(folder: str | Path, # destination; must not exist unless `overwrite`

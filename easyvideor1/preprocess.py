@@ -15,25 +15,8 @@ from .data import iter_rows, clip_window
 from .validate import validate_rows, DEFAULT_MAX_PROMPT_CHARS
 
 # %% auto #0
-__all__ = ['read_samples', 'MediaItem', 'media_items', 'dedup', 'PreprocessReport', 'preprocess', 'contracts_from_args', 'parser',
+__all__ = ['MediaItem', 'media_items', 'dedup', 'PreprocessReport', 'preprocess', 'contracts_from_args', 'parser',
            'validate_inputs', 'main']
-
-# %% ../nbs/03a_preprocess.ipynb #8c78434f
-def read_samples(path:str|Path) -> list[dict]:
-    "Samples of a .json (list) or .jsonl (one object per line) file."
-    path = Path(path)
-    text = path.read_text()
-    if path.suffix == ".json":
-        try: rows = json.loads(text)
-        except json.JSONDecodeError as e: raise ValueError(f"{path}: not JSON: {e}") from e
-        if not isinstance(rows, list): raise ValueError(f"{path}: expected a list of samples, got {type(rows).__name__}")
-        return rows
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip(): continue
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError as e: raise ValueError(f"{path}:{n}: not JSON: {e}") from e
-    return rows
 
 # %% ../nbs/03a_preprocess.ipynb #f9ba0550
 @dataclass(frozen=True)

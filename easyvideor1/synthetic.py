@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_synthetic.ipynb #1dd6b9d0
 from __future__ import annotations
-import argparse, inspect, json, math, os, tempfile, time, zlib
+import argparse, inspect, json, math, os, secrets, tempfile, time, zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -17,8 +17,9 @@ from PIL import Image
 
 # %% auto #0
 __all__ = ['COLORS', 'DIRECTIONS', 'TASKS', 'Example', 'direction_clip', 'show_frames', 'color_clip', 'count_clip', 'appear_clip',
-           'stg_clip', 'track_clip', 'ground_image', 'moves_clip', 'rgb_to_yuv420', 'write_video', 'write_image',
-           'decode_mp4', 'to_row', 'make_suite', 'read_jsonl', 'load_media', 'answer_boxes', 'show_examples', 'main']
+           'stg_clip', 'track_clip', 'ground_image', 'moves_clip', 'tmp_name', 'atomic_write', 'atomic_write_text',
+           'sweep_tmp', 'rgb_to_yuv420', 'write_video', 'write_image', 'decode_mp4', 'to_row', 'make_suite',
+           'read_jsonl', 'row_media', 'answer_boxes', 'show_examples', 'main']
 
 # %% ../nbs/00_synthetic.ipynb #0515958f
 @dataclass
@@ -286,15 +287,44 @@ TASKS: dict[str, Callable[..., Example]] = {
     "stg": stg_clip, "track": track_clip, "ground": ground_image, "moves": moves_clip}
 
 # %% ../nbs/00_synthetic.ipynb #8b955b70
-def _atomic(path: Path, write: Callable[[str], None]) -> Path:
-    "Call `write(tmp)` on a temp file beside `path`, then rename it onto `path`."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent); os.close(fd)
+def tmp_name(path: str | Path) -> Path:
+    "A unique temporary name beside `path`, `.tmp.<pid>.<hex>.<name>`: the pid tells `sweep_tmp` if its writer still runs."
+    path = Path(path)
+    return path.with_name(f".tmp.{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    "Call `write(tmp)` on a temporary file beside `path`, then rename it onto `path`: readers see the old file or the new."
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(path)
     try:
-        write(tmp); os.replace(tmp, path)
+        write(tmp)
+        os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    "Write `text` to `path` atomically (see `atomic_write`)."
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+# %% ../nbs/00_synthetic.ipynb #ad5a9d22
+def _pid_alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True  # exists, owned by someone else
+    return True
+
+def sweep_tmp(root: str | Path) -> int:
+    "Remove the temporaries (`tmp_name`) under `root` whose writer no longer runs; return how many."
+    n = 0
+    for p in Path(root).rglob(".tmp.*"):
+        pid = p.name.split(".")[2]
+        if not pid.isdigit() or not _pid_alive(int(pid)):
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
 
 # %% ../nbs/00_synthetic.ipynb #ec5ae45e
 _YUV = np.array([[65.481, 128.553, 24.966], [-37.797, -74.203, 112.0], [112.0, -93.786, -18.214]], np.float32) / 255  # BT.601
@@ -321,19 +351,19 @@ def write_video(path: str | Path,  # destination .mp4
     if C != 3: raise ValueError(f"{path}: need RGB frames, got {C} channel(s)")
     if H % 2 or W % 2: raise ValueError(f"{path}: yuv420p needs even width and height, got {W}x{H}")
     def write(tmp):
-        with av.open(tmp, "w", format="mp4") as c:
+        with av.open(str(tmp), "w", format="mp4") as c:
             s = c.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
             s.width, s.height, s.pix_fmt = W, H, "yuv420p"
             s.codec_context.thread_count = 1  # tiny clips: threads only cost start-up time
             s.options = {"crf": str(crf), "preset": preset, "x264-params": "mbtree=0"}  # mbtree: see above
             for f in rgb_to_yuv420(x): c.mux(s.encode(av.VideoFrame.from_ndarray(f, format="yuv420p")))
             c.mux(s.encode())
-    return _atomic(Path(path), write)
+    return atomic_write(path, write)
 
 def write_image(path: str | Path, frame) -> Path:
     "Save one RGB frame (torch (C, H, W) or numpy (H, W, C), uint8) as a PNG, atomically."
     x = _to_thwc(frame)[0]  # (H, W, 3)
-    return _atomic(Path(path), lambda tmp: Image.fromarray(x).save(tmp, format="PNG"))
+    return atomic_write(path, lambda tmp: Image.fromarray(x).save(tmp, format="PNG"))
 
 # %% ../nbs/00_synthetic.ipynb #e3efd592
 def decode_mp4(path: str | Path) -> tuple[torch.Tensor, float]:
@@ -364,7 +394,7 @@ def _rng(seed: int, *keys: str | int) -> np.random.Generator:
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     "One JSON object per line, atomically."
     text = "".join(json.dumps(r) + "\n" for r in rows)
-    return _atomic(path, lambda tmp: Path(tmp).write_text(text))
+    return atomic_write_text(path, text)
 
 # %% ../nbs/00_synthetic.ipynb #7410b4e0
 def make_suite(out_dir: str | Path,  # folder for train.jsonl, (val.jsonl,) test.jsonl, videos/, images/
@@ -404,17 +434,23 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, (val.jsonl,) test
     return out
 
 # %% ../nbs/00_synthetic.ipynb #3ae74d53
-def read_jsonl(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path,
+               torn_tail: bool = False,  # a log being appended to: a missing file is [], an unfinished last line (a kill mid-write) is dropped
+               ) -> list[dict]:
     "Rows of a jsonl file; a malformed line is an error naming the file and line."
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    path = Path(path)
+    if torn_tail and not path.exists(): return []
+    rows, text = [], path.read_text()
+    lines = text.splitlines()
+    if torn_tail and lines and not text.endswith("\n"): lines = lines[:-1]
+    for n, line in enumerate(lines, 1):
         if not line.strip(): continue
         try: rows.append(json.loads(line))
         except json.JSONDecodeError as e: raise ValueError(f"{path}:{n}: not JSON: {e}") from e
     return rows
 
 # %% ../nbs/00_synthetic.ipynb #fc57c367
-def load_media(root: str | Path, row: dict) -> tuple[torch.Tensor, float]:
+def row_media(root: str | Path, row: dict) -> tuple[torch.Tensor, float]:
     "Decode a row's media: a video as uint8 (T, C, H, W) with its fps, an image as (C, H, W) with fps 0."
     if row["data_type"] == "video": return decode_mp4(Path(root) / row["videos"][0])
     img = np.array(Image.open(Path(root) / row["images"][0]).convert("RGB"))  # (H, W, 3)
@@ -435,7 +471,7 @@ def show_examples(root: str | Path, rows: list[dict],
     fig = Figure(figsize=(size * ncols, (size + 0.25) * len(rows)))
     axs = fig.subplots(len(rows), ncols, squeeze=False)
     for r, ax_row in zip(rows, axs):
-        frames, fps = load_media(root, r)
+        frames, fps = row_media(root, r)
         x, boxes = _to_thwc(frames), answer_boxes(r, fps)
         for i, ax in enumerate(ax_row):
             ax.axis("off")
@@ -472,7 +508,7 @@ def main(argv: list[str] | None = None):
     for r in rows["train"] + rows["test"]: first.setdefault(r["data_source"], r)
     table = []
     for src, r in first.items():
-        frames, fps = load_media(root, r)
+        frames, fps = row_media(root, r)
         n = {s: sum(x["data_source"] == src for x in rows[s]) for s in rows}
         table.append({"task": src.split("/")[-1], "problem_type": r["problem_type"], "train": n["train"], "test": n["test"],
                       "decoded": "x".join(map(str, frames.shape)) + (f" @ {fps:g} fps" if fps else ""), "example answer": r["answer"]})

@@ -214,3 +214,21 @@ def test_synthetic_benchmark_end_to_end_with_the_tiny_model(tmp_path):
     assert "| benchmark | tiny | oracle |" in md and "| **Synthetic** (test) accuracy |" in md and "| 100.0 |" in md
     assert (tmp_path / "report" / "scores.png").stat().st_size > 1000
     assert (tmp_path / "report" / "summary.csv").read_text().startswith("run,benchmark,file,category,metric,value,n,failed")
+
+
+def test_every_path_unwraps_a_ground_truth_as_the_reward_router_does(tmp_path):
+    "A solution with several <answer> tags: data, the evaluator's readers and the reward router agree (the last tag)."
+    from easyvideor1.data import read_samples
+    from easyvideor1.evaluate import BENCHMARKS, parse_solution, read_training_format
+    from easyvideor1.rewards import compute_score, extract_ground_truth
+    sol = "<answer>3</answer> was a first guess; recounting: <answer>5</answer>"
+    row = {"problem_id": "q0", "problem": "<video>How many?", "problem_type": "numerical", "solution": sol,
+           "data_type": "video", "path": "a.mp4"}
+    (tmp_path / "b.json").write_text(json.dumps([row]))
+    training = {**row, "answer": sol, "videos": ["a.mp4"]}
+    got = {"reward router": extract_ground_truth(sol), "data.read_samples": read_samples(tmp_path / "b.json")[0].answer,
+           "evaluate.parse_solution": parse_solution(sol),
+           "evaluate benchmark record": BENCHMARKS["MVBench"].item(row, "b.json:1").answer,
+           "evaluate training record": read_training_format(BENCHMARKS["MVBench"], training, "t.jsonl:1").answer}
+    assert got == dict.fromkeys(got, "5"), got
+    assert compute_score("<answer>5</answer>", sol, "numerical")["accuracy"] == 1.0

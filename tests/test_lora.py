@@ -191,3 +191,15 @@ def test_fsdp2_lora_resume_is_exact(fsdp2_run, tmp_path):
         for k in KEYS:
             if k in x: assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-6), (x["step"], k)
     assert (fsdp2_run / "params_rank0.sha256").read_text() == (part / "params_rank0.sha256").read_text()
+
+
+def test_one_weight_digest_for_the_lora_base_the_ranks_and_the_evaluator(tmp_path):
+    "The LoRA base digest, the trainer's per-rank digest and the evaluator's in-memory digest hash the same bytes."
+    from easyvideor1.evaluate import state_dict_digest
+    from easyvideor1.lora import base_digest
+    from easyvideor1.models import qwen_vlm
+    from easyvideor1.train import write_param_digest
+    m = qwen_vlm("qwen2_5_vl", "tiny", seed=0, dtype=torch.bfloat16)
+    digests = {"lora.base_digest": base_digest(m), "evaluate.state_dict_digest": state_dict_digest(m),
+               "train.write_param_digest": write_param_digest(m, tmp_path / "p.sha256")}
+    assert len(set(digests.values())) == 1, digests

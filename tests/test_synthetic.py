@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from easyvideor1.synthetic import TASKS, decode_mp4, load_media, main, make_suite, read_jsonl
+from easyvideor1.synthetic import TASKS, decode_mp4, main, make_suite, read_jsonl, row_media
 
 KEYS = {"problem_id", "problem", "answer", "problem_type", "data_type", "options", "has_offline_trajectory", "offline_output"}
 
@@ -56,7 +56,7 @@ def test_same_seed_same_files_across_processes(cli_suite, tmp_path):
     for split in ("train", "test"):
         assert (mine / f"{split}.jsonl").read_text() == (cli_suite / f"{split}.jsonl").read_text()
     for row in read_jsonl(mine / "train.jsonl") + read_jsonl(mine / "test.jsonl"):
-        (a, fa), (b, fb) = load_media(mine, row), load_media(cli_suite, row)
+        (a, fa), (b, fb) = row_media(mine, row), row_media(cli_suite, row)
         assert fa == fb and torch.equal(a, b), f"{row['problem_id']}: decoded frames differ"
         rel = (row.get("videos") or row.get("images"))[0]
         assert (mine / rel).read_bytes() == (cli_suite / rel).read_bytes(), f"{rel}: bytes differ"
@@ -80,3 +80,24 @@ def test_answers_parse_per_problem_type(cli_suite):
             if pt == "spatial grounding": assert len(ans["boxes"]) == 4
             if pt in ("tracking", "spatial-temporal grounding"):
                 assert all(len(b) == 4 for b in ans["boxes"].values()) and ans["boxes"], row["problem_id"]
+
+
+KILLED_WRITER = """
+import os, sys
+from pathlib import Path
+from easyvideor1 import synthetic
+os.replace = lambda *a: os._exit(9)  # killed between the write and the rename: no cleanup runs
+synthetic.atomic_write_text(Path(sys.argv[1]), "new")
+"""
+
+
+def test_a_killed_writer_leaves_the_old_file_and_a_temporary_the_sweep_removes(tmp_path):
+    from easyvideor1.cache import FrameCache
+    from easyvideor1.synthetic import atomic_write_text, sweep_tmp
+    target = atomic_write_text(tmp_path / "entries" / "x.json", "old")
+    r = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(target)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 9, r.stderr
+    left = [p for p in target.parent.iterdir() if p != target]
+    assert target.read_text() == "old" and len(left) == 1 and left[0].read_text() == "new"
+    assert FrameCache(tmp_path).clean_tmp() == 1 and not left[0].exists()  # the cache's sweep knows the name
+    assert sweep_tmp(tmp_path) == 0 and target.read_text() == "old"

@@ -133,11 +133,6 @@ def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id, sampler
                             bad_words_ids=None if sampler else [[i] for i in banned_ids],
                             output_logits=not sampler, return_dict_in_generate=True, use_cache=True)
 
-def _cache_kw(model) -> str:
-    "transformers 5.24 renamed `past_key_values` to `cache`; use whichever this version takes."
-    import inspect
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
 def _sampled_logprobs(out, P: int, temperature: float) -> tuple[Tensor, Tensor]:
     "Generated ids (n, L) and their log-probs (n, L) under softmax(z / T) of the raw logits."
     new = out.sequences[:, P:]  # (n, L)
@@ -252,6 +247,7 @@ class HFEngine:
     def _shared(self, model, inputs: dict, n: int, gc, sampler=None):
         "One batch-1 prefill of all but the last prompt token, its cache repeated n times, then generate."
         from transformers import DynamicCache
+        from easyvideor1.prefix import _cache_kw
         ids = inputs["input_ids"]  # (1, P)
         P, core = ids.shape[1], model.model
         core.rope_deltas, cache = None, DynamicCache(config=model.config)

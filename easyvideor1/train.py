@@ -9,19 +9,19 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from typing import Any
 
-import contextlib, copy, hashlib
+import contextlib, copy
 import numpy as np
 import torch
 import yaml
 from tqdm.auto import tqdm
 
-from .cache import FrameCache, atomic_write_text
+from .cache import FrameCache
 from .data import collate, call_vlm, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
 from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
                               reference_model, save_adapter, save_merged)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
                               loss_denominator, overlong_penalty, token_logprobs)
-from .models import FAMILIES, model_family, qwen_processor, qwen_vlm, save_vlm
+from .models import FAMILIES, model_family, model_spec, param_digest, qwen_processor, qwen_vlm, save_vlm
 from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, load_sharded, max_over_ranks,
                                   pad_micro_batches, save_sharded, shard_fsdp2)
 from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
@@ -29,7 +29,7 @@ from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajec
                                 pad_trajectories, plan_groups, replay_metrics)
 from .rewards import answer_span, compute_scores
 from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt, use_released_positions
-from .synthetic import make_suite
+from .synthetic import atomic_write_text, make_suite, read_jsonl
 from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
 
@@ -41,9 +41,9 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
            'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn',
            'sft_update', 'option_swaps', 'option_targets', 'smoothed_logp', 'greedy_texts', 'evaluate_split',
-           'per_type', 'append_jsonl', 'read_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups',
-           'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data',
-           'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
+           'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups', 'extra_prompts',
+           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
+           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
            'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
@@ -641,15 +641,6 @@ def append_jsonl(path: Path, row: dict):
     with open(path, "a") as f:
         f.write(json.dumps(row, default=float) + "\n"); f.flush(); os.fsync(f.fileno())
 
-def read_jsonl(path: Path) -> list[dict]:
-    "Rows of a JSONL file; a torn last line (crash mid-write) is dropped."
-    rows = []
-    if not Path(path).exists(): return rows
-    for line in Path(path).read_text().splitlines():
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError: pass
-    return rows
-
 def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None = None):
     "Training reward / accuracy per step and held-out accuracy per problem type, one figure."
     import matplotlib.pyplot as plt
@@ -787,11 +778,6 @@ def all_reduce_grads(params, world_size: int):
         p.grad.copy_(flat[k:k + p.numel()].view_as(p)); k += p.numel()
 
 # %% ../nbs/10_train.ipynb #a73336af
-def _family_size(model: str) -> tuple[str, str | None]:
-    "'qwen2_5_vl:small' -> ('qwen2_5_vl', 'small'); a folder -> (folder, None)."
-    fam, _, size = model.partition(":")
-    return (fam, size or "tiny") if fam in FAMILIES else (model, None)
-
 def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path | None, Path | None]:
     "The training, validation and held-out files: the given ones, or the synthetic suite generated once in output_dir/suite."
     opt = lambda v: Path(v) if v else None
@@ -945,7 +931,7 @@ def train(cfg: TrainConfig) -> dict:
     samples = read(train_file, "train")
     splits = {"test": read(eval_file, "test")} | ({"val": read(val_file, "val")} if val_file else {})
     if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
-    fam, size = _family_size(cfg.model)
+    fam, size = model_spec(cfg.model)
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
     family = model_family(model)
     use_released_positions(model)  # Qwen2.5-VL: vLLM's (the released model's) M-RoPE rule in every forward, generate and prefix pass
@@ -989,9 +975,9 @@ def train(cfg: TrainConfig) -> dict:
     history, warned = [], set()
     if main:
         for p in (mpath, epath):  # drop what a crashed run logged after its last checkpoint
-            rows = [r for r in read_jsonl(p) if r["step"] < start]
+            rows = [r for r in read_jsonl(p, torn_tail=True) if r["step"] < start]
             atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))
-        history = read_jsonl(mpath)
+        history = read_jsonl(mpath, torn_tail=True)
         acc.init_trackers("easyvideor1", config={k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()})
     def run_eval(step):
         names = [k for k in splits if k == "test" or step >= cfg.sft_steps]  # validation only where a best can be chosen
@@ -1090,12 +1076,10 @@ def train(cfg: TrainConfig) -> dict:
 # %% ../nbs/10_train.ipynb #035a931b
 def write_param_digest(model, path: Path) -> str:
     "sha256 of every parameter's bytes in name order (ranks of a data-parallel run must agree; FSDP2: of the gathered full tensors)."
-    h = hashlib.sha256()
     sd = full_state_dict(model, rank0_only=False) if fsdp_modules(model) else model.state_dict()  # FSDP2: a collective
-    for name, p in sorted(sd.items()):
-        h.update(name.encode()); h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
-    Path(path).write_text(h.hexdigest() + "\n")
-    return h.hexdigest()
+    digest = param_digest(sd.items())
+    Path(path).write_text(digest + "\n")
+    return digest
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     "The run's config from `--config FILE`, `--resume` and `key=value` overrides."

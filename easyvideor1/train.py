@@ -135,7 +135,7 @@ class TrainConfig:
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
-    log_every: int = 1  # steps between log lines
+    log_every: int = 1  # steps between TensorBoard points and progress-bar updates (metrics.jsonl gets every step)
     eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
     eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
@@ -197,7 +197,8 @@ def _at_least(lo, strict=False): return ((lambda v: v > lo), f"> {lo}") if stric
 
 CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before anything runs
     **{k: _at_least(1) for k in ("prompts_per_step", "group_size", "micro_batch_size", "sft_batch_size", "max_new_tokens",
-                                 "updates_per_batch", "synthetic_n", "synthetic_test_n", "video_max_frames", "max_prompt_chars")},
+                                 "updates_per_batch", "synthetic_n", "synthetic_test_n", "video_max_frames", "max_prompt_chars",
+                                 "log_every")},
     **{k: _at_least(0) for k in ("max_steps", "sft_steps", "sft_answer_steps", "warmup_steps", "lr_decay_steps", "eval_every",
                                  "eval_n", "save_every", "keep_checkpoints", "max_extra_draws", "overlong_buffer", "synthetic_val_n",
                                  "offline_per_group", "beta", "weight_decay", "max_minutes", "clip_low", "clip_high", "video_total_pixels")},
@@ -1043,8 +1044,10 @@ def train(cfg: TrainConfig) -> dict:
         if main:
             merged = {k: (float(np.mean([r[k] for r in rows if k in r])) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
                       for k, v in rows[0].items()} | dict(step=step)  # means over ranks; the step stays an int
-            append_jsonl(mpath, merged); acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
-            bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
+            append_jsonl(mpath, merged)  # every step; TensorBoard and the progress bar every log_every steps
+            if (step + 1) % cfg.log_every == 0 or step + 1 == total:
+                acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
+                bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
             history.append(merged)
             for kind, msg in collapse_signs(history, cfg.max_new_tokens).items():
                 if kind not in warned: warned.add(kind); tqdm.write(f"warning: GRPO step {step}: {msg}; the policy may be collapsing")

@@ -276,3 +276,17 @@ def test_answer_only_batches_stop_at_the_answer(tiny_suite):
     assert cut.mask.shape[1] < T and torch.equal(cut.mask.sum(1), span.sum(1))
     with torch.no_grad(): lp_cut, lp_full = batch_logp_fn(model)(cut), batch_logp_fn(model)(full)
     assert torch.allclose((lp_cut * cut.mask).sum(1), (lp_full * span).sum(1), atol=1e-5)
+
+
+def test_log_every_thins_tensorboard_not_the_metrics(tiny_suite, tmp_path):
+    "log_every=2 over 3 steps: metrics.jsonl has all 3 rows, TensorBoard the steps 1 and 2 (every 2nd, and the last; not 0)."
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    out = tmp_path / "log2"
+    _suite_link(tiny_suite, out)
+    train(load_config(overrides=dict(TINY, output_dir=str(out), max_steps=2, log_every=2, tensorboard=True)))
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 2]
+    steps = []
+    for f in out.rglob("events.out.tfevents.*"):  # accelerate writes one file per tracker folder
+        ea = EventAccumulator(str(f)); ea.Reload()
+        steps += [e.step for tag in ea.Tags()["scalars"] if tag == "lr" for e in ea.Scalars(tag)]  # lr: on every step
+    assert sorted(steps) == [1, 2], steps

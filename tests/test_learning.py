@@ -18,10 +18,13 @@ def guard_runs(tmp_path_factory):
     "Both seeds' runs, started together; (run folder, its stdout + stderr) per seed."
     root = tmp_path_factory.mktemp("guard")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TQDM_MININTERVAL="60")
+    files = {s: open(root / f"seed{s}.log", "w") for s in SEEDS}  # files, not pipes: a full pipe would stall a run
     procs = {s: subprocess.Popen([sys.executable, "-m", "easyvideor1.train", f"seed={s}", f"output_dir={root / f'seed{s}'}",
-                                  *[f"{k}={v}" for k, v in GUARD.items()]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  *[f"{k}={v}" for k, v in GUARD.items()]], stdout=files[s], stderr=subprocess.STDOUT,
                                  text=True, env=env) for s in SEEDS}
-    logs = {s: p.communicate(timeout=2400)[0] for s, p in procs.items()}
+    for p in procs.values(): p.wait(timeout=2400)
+    for f in files.values(): f.close()
+    logs = {s: (root / f"seed{s}.log").read_text() for s in SEEDS}
     for s, p in procs.items(): assert p.returncode == 0, logs[s][-4000:]
     return {s: (root / f"seed{s}", logs[s]) for s in SEEDS}
 

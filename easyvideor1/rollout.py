@@ -150,13 +150,13 @@ class InverseCDFSampler(LogitsProcessor):
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         z = scores.float() / self.t                               # (n, V)
         m = z.amax(-1, keepdim=True)                              # (n, 1)
-        e = (z - m).exp_().double()  # (n, V) unnormalised probabilities; float64: a float32 running sum near 150k drops ~1e-2
+        e = (z - m).exp_()                                        # (n, V) unnormalised probabilities
         log_total = e.sum(-1, keepdim=True).log_()                # (n, 1) the full softmax's normaliser
         e[:, self.banned.to(e.device)] = 0                        # never drawn
         cdf = e.cumsum_(-1)                                       # (n, V)
-        u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+        u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
         tok = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # (n, 1) first v with c_v > u
-        self.logps.append((z.gather(-1, tok) - m - log_total.float()).squeeze(-1))
+        self.logps.append((z.gather(-1, tok) - m - log_total).squeeze(-1))
         return torch.full_like(scores, -float("inf")).scatter_(-1, tok, 0.0)
 
     def logprobs(self) -> Tensor:

@@ -508,9 +508,9 @@ def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
         raise ValueError(f"answer-only warm start: the trajectory's ids do not encode its text {text[:200]!r}")
     return [int(s < b and e > a) for s, e in enc["offset_mapping"]] + [0] * (len(traj.ids) - n)
 
-def answer_end(traj: Trajectory, tokenizer) -> int:
+def answer_end(traj: Trajectory, tokenizer, mask: list[int] | None = None) -> int:
     "Tokens of the trajectory up to the end of its answer: the tokens after it neither train nor condition the answer (causal)."
-    m = answer_span_mask(traj, tokenizer)
+    m = answer_span_mask(traj, tokenizer) if mask is None else mask
     return max(i for i, v in enumerate(m) if v) + 1
 
 def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False) -> list[MicroBatch]:
@@ -520,7 +520,7 @@ def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_o
     for s in range(0, len(prompts), micro_batch_size):
         ts = trajs[s:s + micro_batch_size]
         spans = [answer_span_mask(t, processor.tokenizer) for t in ts] if answer_only else [None] * len(ts)
-        ids = [t.ids[:max(i for i, v in enumerate(m) if v) + 1] if answer_only else t.ids for t, m in zip(ts, spans)]
+        ids = [t.ids[:answer_end(t, processor.tokenizer, m)] if answer_only else t.ids for t, m in zip(ts, spans)]
         seqs = [with_completion(p, i, processor) for p, i in zip(prompts[s:s + micro_batch_size], ids)]
         b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left").to(seqs[0].input_ids.device)
         T = int(b.completion_mask.sum(1).max())

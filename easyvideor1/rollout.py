@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_rollout.ipynb #2111bc9c
 from __future__ import annotations
-import json, os, subprocess, sys, time
+import atexit, json, os, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
@@ -489,6 +489,7 @@ class VLLMServer:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self.log = self.workdir / "server.log"
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=env)
+        atexit.register(self.close)  # a crashed or interrupted trainer leaves no server behind holding the port and memory
         self._wait(start_timeout)
 
     def _wait(self, timeout: float):
@@ -523,11 +524,12 @@ class VLLMServer:
     def push_weights(self, model):
         "Write the trainer's weights to shared storage and have the server's workers reload them in place."
         from safetensors.torch import save_file
-        folder = self.workdir / f"push-{self.pushes}"
+        folder = self.workdir / "push"  # one folder, rewritten per push: the reload has read it when the call returns
         folder.mkdir(parents=True, exist_ok=True)
         save_file({n: t.cpu().clone().contiguous() for n, t in hf_state_items(model)}, str(folder / "model.safetensors"))
         _post(self.url + "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
         for what in ("reset_encoder_cache", "reset_mm_cache", "reset_prefix_cache"): _post(f"{self.url}/{what}")
+        (folder / "model.safetensors").unlink()  # a full copy of the weights per step would fill the disk
         self.pushes += 1
 
     def close(self):

@@ -28,7 +28,7 @@ from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
 from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
 from .rewards import answer_span, compute_scores
-from .rollout import HFEngine, SamplingConfig, VLLMEngine, rollout_prompt, use_released_positions
+from .rollout import HFEngine, SamplingConfig, VLLMEngine, VLLMServer, rollout_prompt, use_released_positions
 from .synthetic import atomic_write_text, make_suite, read_jsonl
 from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
@@ -85,7 +85,8 @@ class TrainConfig:
     cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
     frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
     # --- rollout
-    engine: str = "hf"  # "hf" (transformers generate) or "vllm"
+    engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server" (vLLM's OpenAI server on loopback, started and stopped by the trainer)
+    vllm_port: int = 8011  # engine=vllm_server: the port of rank 0's server (rank r listens on vllm_port + r)
     vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
     prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
     group_size: int = 8  # G: completions per prompt
@@ -102,7 +103,7 @@ class TrainConfig:
     beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
     kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
-    rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]); auto = tis with engine=vllm, none with hf
+    rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]); auto = tis with a vLLM engine, none with hf
     rollout_is_cap: float = 2.0  # C of rollout_is (> 1)
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
@@ -208,13 +209,13 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
-    "engine": _choices("hf", "vllm"), "rollout_is": _choices("auto", "none", "tis", "mis"),
+    "engine": _choices("hf", "vllm", "vllm_server"), "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"), "rollout_is": _choices("auto", "none", "tis", "mis"),
     "rollout_is_cap": _at_least(1, strict=True), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
 }
 
 def rollout_is_mode(cfg: TrainConfig) -> str:
-    "The rollout correction a run uses: `rollout_is`, with 'auto' = 'tis' for the vLLM engine and 'none' for the in-process HF engine."
-    return ("tis" if cfg.engine == "vllm" else "none") if cfg.rollout_is == "auto" else cfg.rollout_is
+    "The rollout correction a run uses: `rollout_is`, with 'auto' = 'tis' for either vLLM engine and 'none' for the in-process HF engine."
+    return ("none" if cfg.engine == "hf" else "tis") if cfg.rollout_is == "auto" else cfg.rollout_is
 
 def check_config(cfg: TrainConfig) -> TrainConfig:
     "Every value within its range (`CONFIG_RANGES`), and the few rules between keys; errors name the key and what is allowed."
@@ -222,7 +223,7 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
         if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
     if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
         raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
-    if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm', got engine={cfg.engine!r}")
+    if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm' (colocated; a server sleeps by its own flags), got engine={cfg.engine!r}")
     if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
     return cfg
 
@@ -388,14 +389,15 @@ def rollout_groups(engine, prompts, n_online: list[int], sampling) -> list[list]
         for i, g in zip(idx, engine.generate([prompts[i] for i in idx], dataclasses.replace(sampling, n=n))): out[i] = g
     return out
 
-def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None, sleep: bool = False):
-    "The rollout engine: `hf` generates with the training model itself; `vllm` loads a saved copy and is synced after updates."
+def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None, sleep: bool = False,
+                port: int = 8011):  # vllm_server: the port its server listens on
+    "The rollout engine: `hf` generates with the training model itself; `vllm` / `vllm_server` load a saved copy, synced after updates."
     if name == "hf": return HFEngine(model, processor, shared_prefix=shared_prefix)
-    if name == "vllm":
-        if fsdp_modules(model): raise ValueError("make_engine: the vLLM engine starts from the plain model, before `shard_fsdp2` (train does so)")
-        folder = save_vlm(Path(workdir) / "vllm_init", model=model, processor=processor, overwrite=True)
-        return VLLMEngine(folder, **({"enable_sleep_mode": True} if sleep else {}))  # sleep: GPU only (CUDA memory pool)
-    raise ValueError(f"engine {name!r}: use 'hf' or 'vllm'")
+    if name not in ("vllm", "vllm_server"): raise ValueError(f"engine {name!r}: use 'hf', 'vllm' or 'vllm_server'")
+    if fsdp_modules(model): raise ValueError("make_engine: the vLLM engine starts from the plain model, before `shard_fsdp2` (train does so)")
+    folder = save_vlm(Path(workdir) / f"vllm_init_{port}", model=model, processor=processor, overwrite=True)  # one per rank
+    if name == "vllm_server": return VLLMServer(folder, Path(workdir) / f"vllm_server_{port}", port=port)  # its log: server.log there
+    return VLLMEngine(folder, **({"enable_sleep_mode": True} if sleep else {}))  # sleep: GPU only (CUDA memory pool)
 
 def sync_engine(engine, model):
     "Phase 8: push the updated weights into the engine (the HF engine shares the model: nothing to do; FSDP2 shards are gathered)."
@@ -941,7 +943,8 @@ def train(cfg: TrainConfig) -> dict:
     check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
     vc, ic = contracts(cfg, family)
     cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
-    engine = make_engine("vllm", model, processor, cfg.shared_prefix, out, cfg.vllm_sleep) if cfg.engine == "vllm" else None  # from the plain model
+    engine = (make_engine(cfg.engine, model, processor, cfg.shared_prefix, out, cfg.vllm_sleep, cfg.vllm_port + rank)
+              if cfg.engine != "hf" else None)  # vLLM: from the plain model
     if cfg.lora_rank: apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target, cfg.seed)  # PEFT adapters; the rest frozen
     if fsdp2:  # fully_shard every vision block and decoder layer, then the root that every model call goes through
         from torch.distributed.device_mesh import init_device_mesh
@@ -1029,7 +1032,7 @@ def train(cfg: TrainConfig) -> dict:
                                 answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, samples=batch,
                                 smoothing=cfg.sft_option_smoothing, **step_kw)
         elif signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy; with vLLM the mismatch is still logged
-            st = dict(no_signal=1, **({} if fsdp2 or cfg.engine != "vllm" else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
+            st = dict(no_signal=1, **({} if fsdp2 or cfg.engine == "hf" else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
                                                                          pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature)))
         else: st = dict(grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
                                     pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,

@@ -344,10 +344,12 @@ def test_resume_refuses_a_booby_trapped_checkpoint(tmp_path):
     ("micro_batch_size=0", "micro_batch_size=0 is out of range: must be >= 1"),
     ("temperature=0", "temperature=0.0 is out of range: must be > 0"),
     ("max_steps=-3", "max_steps=-3 is out of range: must be >= 0"),
-    ("engine=tpu", "engine='tpu' is out of range: must be one of 'hf', 'vllm'"),
+    ("engine=tpu", "engine='tpu' is out of range: must be one of 'hf', 'vllm', 'vllm_server'"),
+    ("vllm_port=80", "vllm_port=80 is out of range: must be in [1024, 65536)"),
+    ("engine=vllm_server vllm_sleep=true", "vllm_sleep=true needs engine='vllm'"),
 ])
 def test_config_values_are_range_checked_on_the_command_line(override, message):
-    r = subprocess.run([sys.executable, "-m", "easyvideor1.train", override], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "easyvideor1.train", *override.split()], capture_output=True, text=True,
                        env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"), timeout=300)
     assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
 

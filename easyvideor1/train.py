@@ -40,11 +40,11 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
            'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
            'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn',
-           'sft_update', 'option_swaps', 'option_targets', 'smoothed_logp', 'greedy_texts', 'evaluate_split',
-           'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups', 'extra_prompts',
-           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
-           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
-           'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
+           'sft_update', 'option_letters', 'option_swaps', 'option_targets', 'format_only', 'smoothed_logp',
+           'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table',
+           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
+           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
+           'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -123,6 +123,7 @@ class TrainConfig:
     sft_lr: float = 1e-3  # learning rate of the warm start
     sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
     sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
+    sft_format_sources: str = "synthetic/color"  # warm start, after its answer-only steps: multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
     sft_option_smoothing: float = 0.0  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
@@ -543,14 +544,18 @@ def batch_logp_fn(model, temperature: float = 1.0):
     return logp_fn
 
 def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None, agg: str = "token_mean",
-               answer_only: bool = False, rank_max=None, samples=None, smoothing: float = 0.0, **step_kw) -> dict:
+               answer_only: bool = False, rank_max=None, samples=None, smoothing: float = 0.0,
+               uniform: list[bool] | None = None,  # per trajectory: its letter's target is uniform over the options (`format_only`)
+               **step_kw) -> dict:
     "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
     mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
-    lengths = [answer_end(t, processor.tokenizer) if answer_only else len(t.ids) for t in trajs] if smoothing > 0 else []
+    soft = smoothing > 0 or any(uniform or [])
+    lengths = [answer_end(t, processor.tokenizer) if answer_only else len(t.ids) for t in trajs] if soft else []
+    uni = uniform or [False] * len(trajs)
     alts = {id(mb): option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size], processor.tokenizer,
-                                   mb.mask.shape[1], smoothing, lengths[i:i + micro_batch_size])
-            for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if smoothing > 0 else {}
+                                   mb.mask.shape[1], smoothing, lengths[i:i + micro_batch_size], uni[i:i + micro_batch_size])
+            for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if soft else {}
     n_total, n_real = global_n_total(mbs, agg, count_mean), len(mbs)  # the denominator before padding
     if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))  # FSDP2: as many forwards as the busiest rank
     def recording(mb):
@@ -562,10 +567,14 @@ def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: in
     return dict(stats, nll=float(np.mean(nll)))
 
 # %% ../nbs/10_train.ipynb #476ded76
+def option_letters(options: list[str]) -> list[str]:
+    "The letters of multiple-choice options written 'A. red', '(B) green', 'C) blue'."
+    return [m[1] for o in options if (m := re.match(r"\s*\(?([A-Z])[.)]", o))]
+
 def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[int, int]]:
     "(position, token id) where the trajectory would first differ with each other multiple-choice letter as its answer."
     span = answer_span(traj.text)
-    letters = [m[1] for o in options if (m := re.match(r"\s*\(?([A-Z])[.)]", o))]
+    letters = option_letters(options)
     if span is None or traj.text[span[0]:span[1]].strip() not in letters: return []
     a, b = span
     n = len(tokenizer(traj.text, add_special_tokens=False)["input_ids"])
@@ -579,6 +588,7 @@ def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[
 
 def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
                    lengths: list[int] | None = None,  # tokens of each trajectory in the batch (None: all of them)
+                   uniform: list[bool] | None = None,  # rows whose letter target is uniform over the options: weight 1 per other letter
                   ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     "Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1) there."
     swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
@@ -588,8 +598,16 @@ def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
     for i, (t, sw) in enumerate(zip(trajs, swaps)):
         for k, (j, tok) in enumerate(sw):
             pos = T - (len(t.ids) if lengths is None else lengths[i]) + j  # completions sit at the right end (left padding)
-            ids[k][i, pos], w[k][i, pos] = tok, smoothing / (1 - smoothing) / len(sw)
+            ids[k][i, pos], w[k][i, pos] = tok, 1.0 if uniform and uniform[i] else smoothing / (1 - smoothing) / len(sw)
     return ids, w
+
+def format_only(samples, sources: str) -> list:
+    """Multiple-choice samples of `sources` (data sources, comma-separated) that have no offline trajectory, as warm-start
+    samples that teach only the answer format: trajectory `<answer>` + their first letter + `</answer>`, trained with a
+    uniform target over their letters (`uniform=` of `sft_update`), so they say nothing about which answer is right."""
+    names = {x.strip() for x in sources.split(",") if x.strip()}
+    return [dataclasses.replace(s, offline_output=f"<answer>{option_letters(s.options)[0]}</answer>") for s in samples
+            if s.data_source in names and not s.has_offline and len(option_letters(s.options)) > 1]
 
 def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: list[torch.Tensor], temperature: float = 1.0):
     "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters' positions), one forward."
@@ -932,6 +950,8 @@ def train(cfg: TrainConfig) -> dict:
         if not v.samples: raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{name}.md'}")
         return v.samples
     samples = read(train_file, "train")
+    formats = format_only(samples, cfg.sft_format_sources)  # warm-start samples that teach the format only
+    format_ids = {s.id for s in formats}
     splits = {"test": read(eval_file, "test")} | ({"val": read(val_file, "val")} if val_file else {})
     if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
     fam, size = model_spec(cfg.model)
@@ -1006,7 +1026,7 @@ def train(cfg: TrainConfig) -> dict:
         sft = step < cfg.sft_steps
         if step == cfg.sft_steps: ref_model = start_grpo(optimizer, policy, cfg.reset_momentum, cfg.beta, out / "reference", main, wait)
         if not sft and t_grpo is None: t_grpo = time.time()
-        pool = [s for s in samples if s.has_offline] if sft else samples
+        pool = ([s for s in samples if s.has_offline] + (formats if step >= cfg.sft_answer_steps else [])) if sft else samples
         if sft and not pool: raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
         n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
         batch = [pool[i] for i in shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)]  # phase 1
@@ -1030,7 +1050,7 @@ def train(cfg: TrainConfig) -> dict:
         if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
         if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
                                 answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, samples=batch,
-                                smoothing=cfg.sft_option_smoothing, **step_kw)
+                                smoothing=cfg.sft_option_smoothing, uniform=[s.id in format_ids for s in batch], **step_kw)
         elif signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy; with vLLM the mismatch is still logged
             st = dict(no_signal=1, **({} if fsdp2 or cfg.engine == "hf" else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
                                                                          pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature)))

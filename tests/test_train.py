@@ -227,7 +227,7 @@ def test_code_rows_pass_their_tests_to_the_scorer():
     assert scores[0][0]["accuracy"] == 1.0 and scores[0][1]["accuracy"] == 0.0
 
 
-def _letter_prob(smoothing: float, suite: Path, steps: int = 40) -> float:
+def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool = False) -> float:
     "Warm-start a tiny model on one direction clip (answer tokens only); (p(answer letter), p(other letter)) there."
     import torch
     from easyvideor1.data import read_samples
@@ -242,7 +242,8 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40) -> float:
     trajs = [g[0] for g in offline_groups(samples, proc.tokenizer, 8)]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(steps):
-        sft_update(model, prompts, trajs, proc, opt, 2, answer_only=True, samples=samples, smoothing=smoothing, max_grad_norm=1.0)
+        sft_update(model, prompts, trajs, proc, opt, 2, answer_only=True, samples=samples, smoothing=smoothing, max_grad_norm=1.0,
+                   uniform=[uniform] * len(trajs))
     mb = sft_micro_batches(prompts, trajs, proc, 2, answer_only=True)[0]
     ids, w = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5,  # w = 1 where the other letter goes
                             [answer_end(t, proc.tokenizer) for t in trajs])
@@ -256,6 +257,24 @@ def test_option_smoothing_keeps_the_other_letters_alive(tiny_suite):
     (p, q), (ps, qs) = _letter_prob(0.0, tiny_suite), _letter_prob(0.3, tiny_suite)
     assert p > 0.95 and q < 0.01, (p, q)
     assert abs(ps - 0.7) < 0.08 and abs(qs - 0.3) < 0.08, (ps, qs)  # the optimum: p(answer) = 1 - eps, p(other) = eps
+
+
+def test_format_only_samples_hand_over_undecided(tiny_suite):
+    "A format-only warm-start sample trains its letter against a uniform target: p(its letter) = p(the other) = 1/2, whatever letter it was written with."
+    p, q = _letter_prob(0.0, tiny_suite, uniform=True)
+    assert abs(p - 0.5) < 0.08 and abs(q - 0.5) < 0.08, (p, q)
+
+
+def test_format_only_picks_unanswered_multiple_choice_of_its_sources():
+    from easyvideor1.data import Sample
+    from easyvideor1.train import format_only
+    mk = lambda i, src, opts=("A. red", "B. green"), out="": Sample(f"s{i}", "<video>Colour?", "multiple choice", "B", "video",
+                                                                     options=list(opts), data_source=src, offline_output=out)
+    rows = [mk(0, "synthetic/color"), mk(1, "synthetic/direction"), mk(2, "synthetic/color", out="<answer>B</answer>"),
+            mk(3, "synthetic/color", opts=()), mk(4, "synthetic/color")]
+    got = format_only(rows, "synthetic/color, other")
+    assert [s.id for s in got] == ["s0", "s4"] and all(s.offline_output == "<answer>A</answer>" and s.answer == "B" for s in got)
+    assert format_only(rows, "") == [] and rows[0].offline_output == ""  # the data set itself is left as it was
 
 
 def test_answer_only_batches_stop_at_the_answer(tiny_suite):

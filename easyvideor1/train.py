@@ -40,12 +40,12 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
            'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
            'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn',
-           'sft_update', 'option_letters', 'option_swaps', 'option_targets', 'format_only', 'smoothed_logp',
-           'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table',
-           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
-           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'collapse_signs', 'keep_best', 'train', 'TrainerCode', 'trainer_code',
-           'write_param_digest', 'parse_args', 'main']
+           'sft_update', 'option_letters', 'option_swaps', 'option_targets', 'format_only', 'logits_and_head_input',
+           'prior_logits', 'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves',
+           'table_md', 'show_table', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages',
+           'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
+           'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train', 'TrainerCode',
+           'trainer_code', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -590,34 +590,72 @@ def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[
 def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
                    lengths: list[int] | None = None,  # tokens of each trajectory in the batch (None: all of them)
                    uniform: list[bool] | None = None,  # rows whose letter target is uniform over the options: weight 1 per other letter
-                  ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    "Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1) there."
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1)
+    there; and the (B, T) positions of the uniform rows' letters (a prior: `smoothed_logp` trains only the output layer there)."""
     swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
     K = max((len(s) for s in swaps), default=0)
     ids = [torch.zeros(len(trajs), T, dtype=torch.long) for _ in range(K)]
     w = [torch.zeros(len(trajs), T) for _ in range(K)]
+    prior = torch.zeros(len(trajs), T, dtype=torch.bool)
     for i, (t, sw) in enumerate(zip(trajs, swaps)):
+        uni = bool(uniform and uniform[i])
         for k, (j, tok) in enumerate(sw):
             pos = T - (len(t.ids) if lengths is None else lengths[i]) + j  # completions sit at the right end (left padding)
-            ids[k][i, pos], w[k][i, pos] = tok, 1.0 if uniform and uniform[i] else smoothing / (1 - smoothing) / len(sw)
-    return ids, w
+            ids[k][i, pos], w[k][i, pos] = tok, 1.0 if uni else smoothing / (1 - smoothing) / len(sw)
+            prior[i, pos] = uni
+    return ids, w, prior
 
 def format_only(samples, sources: str) -> list:
     """Multiple-choice samples of `sources` (data sources, comma-separated) that have no offline trajectory, as warm-start
     samples that teach only the answer format: trajectory `<answer>` + their first letter + `</answer>`, trained with a
-    uniform target over their letters (`uniform=` of `sft_update`), so they say nothing about which answer is right."""
+    uniform target over their letters (`uniform=` of `sft_update`) through the output layer alone, so they say nothing
+    about which answer is right and leave the layers that read the clip as they were."""
     names = {x.strip() for x in sources.split(",") if x.strip()}
     return [dataclasses.replace(s, offline_output=f"<answer>{option_letters(s.options)[0]}</answer>") for s in samples
             if s.data_source in names and not s.has_offline and len(option_letters(s.options)) > 1]
 
-def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: list[torch.Tensor], temperature: float = 1.0):
-    "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters' positions), one forward."
+def logits_and_head_input(vlm, batch, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    "Logits of a batch's last T + 1 positions, (B, T+1, V), and the hidden states the output layer read there, (B, T+1, H)."
+    seen = []
+    hook = vlm.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    try: logits = forward_vlm(vlm, batch, logits_to_keep=T + 1).logits
+    finally: hook.remove()
+    return logits, seen[-1]
+
+def prior_logits(vlm, h: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+    """Logits (n, V) of detached hidden states h (n, H) whose gradient reaches only the output-layer rows of the `options`
+    token ids: a prior over the options moves neither the layers that read the input nor any other token's row."""
+    W = vlm.lm_head.weight  # (V, H); with tied embeddings also the input embeddings, hence only the options' rows
+    if getattr(vlm.lm_head, "bias", None) is not None: raise ValueError("prior_logits: an output layer with a bias")
+    h = h.detach()
+    logits = torch.nn.functional.linear(h, W.detach())  # (n, V) values, no gradient
+    logits[:, options] = torch.nn.functional.linear(h, W[options])  # (n, K) the options' rows, with gradient
+    return logits
+
+def _smoothed_logp(vlm, mb: MicroBatch, alt_ids, alt_w, prior, temperature: float):
     T = mb.mask.shape[1]
-    logits = forward_vlm(model, mb.inputs, logits_to_keep=T + 1).logits[:, :-1]  # (B, T, V)
-    lp = token_logprobs(logits, mb.inputs.input_ids[:, -T:], temperature)  # (B, T)
-    extra = sum((w.to(lp.device) * token_logprobs(logits, i.to(lp.device), temperature) for i, w in zip(alt_ids, alt_w)),
-                torch.zeros_like(lp))
+    ids = mb.inputs.input_ids[:, -T:]  # (B, T)
+    logits, h = (x[:, :-1] for x in logits_and_head_input(vlm, mb.inputs, T))  # (B, T, V), (B, T, H)
+    prior = torch.zeros_like(ids, dtype=torch.bool) if prior is None else prior.to(ids.device)  # (B, T)
+    r, c = prior.nonzero(as_tuple=True)
+    options = torch.cat([ids[r, c]] + [i.to(ids.device)[r, c] for i in alt_ids]).unique()  # the letters at the prior positions
+    head = prior_logits(vlm, h[r, c], options)[None] if len(r) else None  # (1, n, V)
+    def logp(x):  # (B, T) log-probs of the token ids x
+        lp = token_logprobs(logits, x, temperature)
+        if head is None: return lp
+        at = torch.zeros_like(lp)
+        at[r, c] = token_logprobs(head, x[r, c][None], temperature)[0]
+        return torch.where(prior, at, lp)
+    lp = logp(ids)
+    extra = sum((w.to(lp.device) * logp(i.to(lp.device)) for i, w in zip(alt_ids, alt_w)), torch.zeros_like(lp))
     return lp, lp + extra  # at ratio 1 the surrogate's gradient is that of -(log p(y) + w log p(y')): cross-entropy with smoothing
+
+def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: list[torch.Tensor],
+                  prior: torch.Tensor | None = None,  # (B, T) positions whose log-probs train the output layer only (`option_targets`)
+                  temperature: float = 1.0):
+    "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters' positions), one forward."
+    return call_vlm(model, _smoothed_logp, mb, alt_ids, alt_w, prior, temperature)  # FSDP2: inside the root's forward
 
 # %% ../nbs/10_train.ipynb #84c24f72
 @torch.no_grad()

@@ -227,7 +227,7 @@ def test_code_rows_pass_their_tests_to_the_scorer():
     assert scores[0][0]["accuracy"] == 1.0 and scores[0][1]["accuracy"] == 0.0
 
 
-def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool = False) -> float:
+def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool = False, lr: float = 3e-3) -> float:
     "Warm-start a tiny model on one direction clip (answer tokens only); (p(answer letter), p(other letter)) there."
     import torch
     from easyvideor1.data import read_samples
@@ -240,12 +240,12 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool =
     vc, ic = contracts(TrainConfig(), "qwen2_5_vl")
     prompts, _ = load_prompts(samples, proc, vc, ic)
     trajs = [g[0] for g in offline_groups(samples, proc.tokenizer, 8)]
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for _ in range(steps):
         sft_update(model, prompts, trajs, proc, opt, 2, answer_only=True, samples=samples, smoothing=smoothing, max_grad_norm=1.0,
                    uniform=[uniform] * len(trajs))
     mb = sft_micro_batches(prompts, trajs, proc, 2, answer_only=True)[0]
-    ids, w = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5,  # w = 1 where the other letter goes
+    ids, w, _ = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5,  # w = 1 where the other letter goes
                             [answer_end(t, proc.tokenizer) for t in trajs])
     with torch.no_grad(): lp, both = smoothed_logp(model, mb, ids, w)
     p_alt = ((both - lp).exp() * mb.mask).sum() / mb.mask.sum()  # w = 1: both - lp = log p(other letter)
@@ -260,9 +260,43 @@ def test_option_smoothing_keeps_the_other_letters_alive(tiny_suite):
 
 
 def test_format_only_samples_hand_over_undecided(tiny_suite):
-    "A format-only warm-start sample trains its letter against a uniform target: p(its letter) = p(the other) = 1/2, whatever letter it was written with."
-    p, q = _letter_prob(0.0, tiny_suite, uniform=True)
+    """A format-only warm-start sample trains its letter against a uniform target: p(its letter) = p(the other) = 1/2, whatever
+    letter it was written with (from a random model, through the letters' output rows alone: a larger step than the others)."""
+    p, q = _letter_prob(0.0, tiny_suite, uniform=True, lr=1e-2)
     assert abs(p - 0.5) < 0.08 and abs(q - 0.5) < 0.08, (p, q)
+
+
+def test_format_only_letter_trains_the_output_layer_only(tiny_suite):
+    """A format-only sample's uniform letter target is a prior: it reaches the output layer alone, so it cannot teach the
+    layers that read the clip to stop reading it (the whole-network version did: colour then took 5x longer to learn)."""
+    import torch
+    from easyvideor1.data import read_samples
+    from easyvideor1.models import qwen_processor, qwen_vlm
+    from easyvideor1.train import (TrainConfig, answer_end, contracts, format_only, load_prompts, offline_groups, option_targets,
+                                   smoothed_logp, sft_micro_batches)
+    samples = format_only(read_samples(tiny_suite / "suite" / "train.jsonl"), "synthetic/color")[:2]
+    assert len(samples) == 2
+    model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
+    vc, ic = contracts(TrainConfig(), "qwen2_5_vl")
+    prompts, _ = load_prompts(samples, proc, vc, ic)
+    trajs = [g[0] for g in offline_groups(samples, proc.tokenizer, 8)]
+    mb = sft_micro_batches(prompts, trajs, proc, 2, answer_only=True)[0]  # the loss mask holds the letter alone
+    ids, w, prior = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.0,
+                                   [answer_end(t, proc.tokenizer) for t in trajs], uniform=[True, True])
+    assert prior.sum() == 2 and (prior <= mb.mask.bool()).all()  # one letter position per row
+    def grads(prior_):
+        model.zero_grad(set_to_none=True)
+        _, both = smoothed_logp(model, mb, ids, w, prior_)
+        (-(both * mb.mask).sum()).backward()
+        g = {n: (p.grad.abs().sum().item() if p.grad is not None else 0.0) for n, p in model.named_parameters()}
+        inner = sum(v for n, v in g.items() if ".visual." in n or ".layers." in n)
+        rows = model.lm_head.weight.grad.abs().sum(1).nonzero().flatten().tolist()  # output rows that moved (tied: embeddings)
+        return rows, inner
+    letters = sorted({int(ids[0][prior][0]), int(mb.inputs.input_ids[:, -mb.mask.shape[1]:][prior][0])})  # '>A', '>B'
+    rows, inner = grads(prior)
+    assert rows == letters and inner == 0, (rows, letters, inner)  # the two letters' rows, nothing else
+    rows, inner = grads(None)  # the same target through the whole network (the old format-only samples)
+    assert len(rows) > 1000 and inner > 0, (len(rows), inner)
 
 
 def test_format_only_picks_unanswered_multiple_choice_of_its_sources():

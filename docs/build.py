@@ -48,6 +48,23 @@ def title(nb) -> str:
     return "untitled"
 
 
+DIRECTIVE = re.compile(r"^#\|.*\n?", re.M)
+
+
+def for_readers(nb):
+    "The notebook as nbdev's docs show it: `#| hide` cells dropped, `#| ...` directive lines taken out of code cells."
+    nb = nbformat.from_dict(nb)  # a copy
+    keep = []
+    for c in nb.cells:
+        if c.cell_type == "code":
+            if re.match(r"#\|\s*hide\b", c.source): continue
+            c.source = DIRECTIVE.sub("", c.source).strip("\n")
+            if not c.source and not c.get("outputs"): continue
+        keep.append(c)
+    nb.cells = keep
+    return nb
+
+
 def page_name(p: Path) -> str: return "index.html" if p.stem == "index" else f"{p.stem}.html"
 
 
@@ -65,7 +82,7 @@ def build(out: str | Path = ROOT / "build" / "docs") -> list[Path]:
     out.mkdir(parents=True)
     shutil.copytree(mathjax_dir(), out / "mathjax")
     srcs = pages()
-    nbs = {p: nbformat.read(p, as_version=4) for p in srcs}
+    nbs = {p: for_readers(nbformat.read(p, as_version=4)) for p in srcs}
     entries = [(page_name(p), title(nb)) for p, nb in nbs.items()]
     exporter = HTMLExporter(template_name="lab", template_file="offline.html.j2",
                             extra_template_paths=[str(Path(__file__).parent)],

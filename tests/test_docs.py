@@ -77,3 +77,10 @@ def test_formulas_render_in_chromium(site):
     body = re.sub(r"<(script|style)\b.*?</\1>", "", dom, flags=re.S)
     text = re.sub(r"<[^>]+>", "", body)
     assert "$$" not in text and "\\frac" not in text, "raw LaTeX left in 06_grpo.html"
+
+
+def test_pages_show_no_nbdev_directives(site):
+    "Readers see code as nbdev's docs show it: no `#| export` / `#| default_exp` lines, no `#| hide` cells."
+    for page in site.glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "default_exp" not in text and "#| export" not in text, page.name

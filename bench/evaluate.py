@@ -12,17 +12,18 @@ from pathlib import Path
 
 import torch
 
-from easyvideor1.evaluate import (EvalRequest, HFEvalEngine, MediaLoader, ResultsFile, item_prompt, contracts_for, load_benchmark,
-                                  make_manifest, run_pipeline, score_response)
+from easyvideor1.evaluate import (MediaLoader, ResultsFile, contracts_for, load_benchmark, make_manifest, run_pipeline, score_response,
+                                  to_sample)
 from easyvideor1.models import qwen_processor, qwen_vlm
+from easyvideor1.rollout import HFEngine, SamplingConfig
 from easyvideor1.synthetic import make_suite
 
 
-def sequential(items, engine, loader):
+def sequential(items, engine, loader, sampling):
     "Load, generate, score: one item at a time."
     for it in items:
-        req = EvalRequest(it, item_prompt(it), loader(it))
-        score_response(it, engine.generate([req])[0])
+        prompt = engine.prompt(to_sample(it), loader(it))
+        score_response(to_sample(it), engine.generate([prompt], sampling)[0][0].text)
 
 
 def main():
@@ -40,15 +41,16 @@ def main():
     _, items = load_benchmark(suite / "test.jsonl")
     vc, ic = contracts_for("qwen2_5_vl", fps=2.0, max_frames=a.max_frames)
     loader = MediaLoader(suite, vc, ic, cache=None)  # decode every time on both sides
-    engine = HFEvalEngine(qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl"), max_new_tokens=a.max_new_tokens)
-    sequential(items[:2], engine, loader)  # warm-up (first-call overheads), not timed
+    engine = HFEngine(qwen_vlm("qwen2_5_vl", "tiny", seed=0).eval(), qwen_processor("qwen2_5_vl"))
+    greedy = SamplingConfig(n=1, temperature=0, max_new_tokens=a.max_new_tokens)
+    sequential(items[:2], engine, loader, greedy)  # warm-up (first-call overheads), not timed
 
-    t0 = time.perf_counter(); sequential(items, engine, loader); t_seq = time.perf_counter() - t0
+    t0 = time.perf_counter(); sequential(items, engine, loader, greedy); t_seq = time.perf_counter() - t0
     times = {"sequential load-then-generate": t_seq}
     for bs in (1, 4):
         with ResultsFile(work / f"pipe{bs}.jsonl", make_manifest(engine="hf")) as rf:
             t0 = time.perf_counter()
-            run_pipeline(items, engine, rf, loader, n_loaders=a.loaders, batch_size=bs, progress=False)
+            run_pipeline(items, engine, rf, loader, sampling=greedy, n_loaders=a.loaders, batch_size=bs, progress=False)
             times[f"async pipeline, batch {bs}"] = time.perf_counter() - t0
         assert len(rf.rows) == len(items) and not any(r["error"] for r in rf.rows)
 

@@ -10,6 +10,7 @@ import torch
 
 def prompts_for(family, processor, n_prompts, frames):
     "Video prompts of random frames at the family's patch grid, `frames` frames each."
+    from easyvideor1.data import Media
     from easyvideor1.rollout import RolloutPrompt
     from easyvideor1.video import VideoMetadata
     from easyvideor1.models import video_message
@@ -20,7 +21,7 @@ def prompts_for(family, processor, n_prompts, frames):
         x = torch.randint(0, 256, (frames, 3, 4 * F, 4 * F), dtype=torch.uint8, generator=g)
         meta = VideoMetadata(fps=2.0, frames_indices=list(range(frames)), total_num_frames=frames, duration=frames / 2,
                              width=4 * F, height=4 * F, backend="decord")
-        out.append(RolloutPrompt(text, videos=[(x, meta)]))
+        out.append(RolloutPrompt(text, Media(videos=[x], video_meta=[meta])))
     return out
 
 def timed(engine, prompts, sc):
@@ -36,17 +37,18 @@ def main():
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from easyvideor1.models import save_vlm, qwen_vlm, qwen_processor
-    from easyvideor1.rollout import HFEngine, SamplingConfig, processor_inputs
+    from easyvideor1.rollout import HFEngine, SamplingConfig, trainer_inputs
     work = tempfile.mkdtemp(prefix="bench_rollout_")
     folder = save_vlm(f"{work}/model", a.family, a.size, seed=0)
     model, proc = qwen_vlm(folder), qwen_processor(folder)
-    prompts = prompts_for(a.family, proc, a.prompts, a.frames)
-    P = processor_inputs(proc, prompts[0])["input_ids"].shape[1]
+    prompts = prompts_for(a.family, proc, a.prompts, a.frames)  # for vLLM: text + media
+    inputs = trainer_inputs(proc, prompts)  # for the HF engine: the trainer's model inputs
+    P = inputs[0].prompt_len
     # sampled (vLLM refuses greedy with n > 1), same seed for every engine; a random model rarely stops early
     sc = SamplingConfig(n=a.n, temperature=1.0, max_new_tokens=a.new, seed=0, stop=("<|endoftext|>",))
     rows = {}
-    g_naive, *rows["HF naive (n prefills)"] = timed(HFEngine(model, proc, shared_prefix=False), prompts, sc)
-    g_shared, *rows["HF shared prefix"] = timed(HFEngine(model, proc), prompts, sc)
+    g_naive, *rows["HF naive (n prefills)"] = timed(HFEngine(model, proc, shared_prefix=False), inputs, sc)
+    g_shared, *rows["HF shared prefix"] = timed(HFEngine(model, proc), inputs, sc)
     same = [[c.token_ids for c in g] for g in g_naive] == [[c.token_ids for c in g] for g in g_shared]
     if importlib.util.find_spec("vllm") is not None:
         from easyvideor1.rollout import VLLMEngine

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from easyvideor1.models import qwen_vlm, qwen_processor
-from easyvideor1.rollout import HFEngine, InverseCDFSampler, SamplingConfig, banned_token_ids, demo_prompts
+from easyvideor1.rollout import HFEngine, InverseCDFSampler, SamplingConfig, banned_token_ids, demo_prompts, trainer_inputs
 
 
 def mean_s(fn, repeats: int) -> float:
@@ -40,7 +40,7 @@ def main():
     draw_i = mean_s(lambda: InverseCDFSampler(1.0, banned)(None, z), 20 * R)
     fam = "qwen2_5_vl"
     proc, model = qwen_processor(fam), qwen_vlm(fam, "tiny", seed=0)
-    prompt = demo_prompts(fam, proc)[:1]
+    prompt = trainer_inputs(proc, demo_prompts(fam, proc)[:1])
     sc = SamplingConfig(n=G, temperature=1.0, max_new_tokens=N, seed=0)
     gen_m = mean_s(lambda: HFEngine(model, proc, fast_sampler=False).generate(prompt, sc), R)
     gen_i = mean_s(lambda: HFEngine(model, proc).generate(prompt, sc), R)

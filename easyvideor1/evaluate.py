@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .data import clip_window
+from .data import Media, clip_window, load_media
 from .rewards import extract_ground_truth, find_answer
 from .synthetic import atomic_write_text, read_jsonl
 
@@ -20,12 +20,12 @@ __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'An
            'Benchmark', 'register', 'read_training_format', 'accuracy_metrics', 'vsi_metrics', 'charades_metrics',
            'stvg_metrics', 'ovo_metrics', 'summarize_rows', 'read_rows', 'read_records', 'recognise',
            'AnnotationWarning', 'LoadReport', 'load_annotations', 'load_benchmark', 'to_sample', 'item_prompt',
-           'score_response', 'oracle_response', 'oracle_check', 'oracle_scores', 'result_fields', 'ManifestMismatch',
-           'manifest_diff', 'read_results', 'ResultsFile', 'files_digest', 'weights_digest', 'package_versions',
-           'state_dict_digest', 'make_manifest', 'Media', 'EvalRequest', 'MediaLoader', 'PipelineError', 'is_transient',
-           'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'chat_text', 'HFEvalEngine',
-           'VLLMAsyncEngine', 'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows',
-           'markdown_table', 'bar_chart', 'report', 'contracts_for', 'load_hf_engine', 'main']
+           'score_extras', 'score_response', 'oracle_response', 'score_row', 'oracle_check', 'oracle_scores',
+           'result_fields', 'ManifestMismatch', 'manifest_diff', 'read_results', 'ResultsFile', 'files_digest',
+           'weights_digest', 'package_versions', 'state_dict_digest', 'make_manifest', 'MediaLoader', 'PipelineError',
+           'is_transient', 'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'VLLMAsyncEngine',
+           'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows', 'markdown_table',
+           'bar_chart', 'report', 'contracts_for', 'load_hf_engine', 'main']
 
 # %% ../nbs/11_evaluate.ipynb #979b69c1
 @dataclass
@@ -437,13 +437,18 @@ def load_benchmark(path, name: str | None = None, strict: bool = False) -> tuple
     return bench, items
 
 # %% ../nbs/11_evaluate.ipynb #721fe479
-def to_sample(item: EvalItem):
-    "The `easyvideor1.data.Sample` of an item (for the shared prompt builder and chat template)."
+def to_sample(item: EvalItem,
+              root=None,  # folder the item's relative media paths start from (None: leave them as written)
+              ):
+    "The data `Sample` of an item: what the prompt builder, the media loader and the scorer take."
     from easyvideor1.data import Sample
+    at = lambda p: str(Path(root) / p) if root is not None and not Path(p).is_absolute() else p
+    window = {k: v for k, v in (("video_start", item.start), ("video_end", item.end)) if v is not None}
     return Sample(id=item.uid, problem=item.question, problem_type=item.problem_type, answer=item.answer,
                   data_type="video" if item.video else "image" if item.image else "text",
-                  videos=[item.video] if item.video else [], images=[item.image] if item.image else [],
-                  options=list(item.options), data_source=item.benchmark, where=item.source)
+                  videos=[at(item.video)] if item.video else [], images=[at(item.image)] if item.image else [],
+                  options=list(item.options), data_source=item.benchmark, where=item.source,
+                  extra={**window, **({"tests": item.tests} if item.tests else {})})
 
 def item_prompt(item: EvalItem) -> str:
     "The user turn for `item` (question, options, answer format, media placeholders), as training builds it."
@@ -453,21 +458,43 @@ def item_prompt(item: EvalItem) -> str:
 # %% ../nbs/11_evaluate.ipynb #be46036f
 from .rewards import compute_score
 
-def score_response(item: EvalItem, response: str) -> dict:
-    "The reward router's scores for `response` to `item`, plus metric parts (STVG's tIoU and box mIoU)."
-    kw = {"options": item.options} if item.options else {}
-    if item.tests: kw["tests"] = item.tests  # code items are judged by their tests, confined (`04_rewards`)
-    s = compute_score(response, item.answer, item.problem_type, problem_id=item.uid, **kw)
+def score_extras(s) -> dict:
+    "What a scorer may need besides the answer: options, ids, and a code row's `tests`."
+    return dict(options=s.options, problem_id=s.id, data_type=s.data_type, **({"tests": s.extra["tests"]} if s.extra.get("tests") else {}))
+
+def score_response(sample, response: str,
+                   strict_format: bool = False,  # full format only for `(<think>..</think>) <answer>..</answer>`
+                   lenient: bool = True,  # read unclosed tags and tagless answers (False: the trainer's rule)
+                   ) -> dict:
+    "The reward router's scores for `response` to a data `Sample`, plus metric parts (STVG's tIoU and box mIoU)."
+    rule = dict(strict_format=strict_format, lenient=lenient)
+    s = compute_score(response, sample.answer, sample.problem_type, **rule, **score_extras(sample))
     out = {"accuracy": float(s["accuracy"]), "format": float(s["format"]), "overall": float(s["overall"]), "parts": {}}
-    if item.problem_type == "spatial-temporal grounding":
-        gt = json.loads(item.answer)
-        out["parts"]["tIoU"] = float(compute_score(response, json.dumps({"time": gt["time"]}), "temporal grounding")["accuracy"])
-        if gt.get("boxes"): out["parts"]["mIoU"] = float(compute_score(response, json.dumps({"boxes": gt["boxes"]}), "tracking")["accuracy"])
+    if sample.problem_type == "spatial-temporal grounding":
+        gt = json.loads(sample.answer)
+        part = lambda key, ptype: float(compute_score(response, json.dumps({key: gt[key]}), ptype, **rule)["accuracy"])
+        out["parts"]["tIoU"] = part("time", "temporal grounding")
+        if gt.get("boxes"): out["parts"]["mIoU"] = part("boxes", "tracking")
     return out
 
-def oracle_response(item: EvalItem) -> str:
-    "The ground truth written as a model response."
+def oracle_response(item) -> str:
+    "The ground truth of an item (or a data `Sample`) written as a model response."
     return f"<think>The ground truth.</think><answer>{item.answer}</answer>"
+
+# %% ../nbs/11_evaluate.ipynb #f9be23f9
+def _error(e: BaseException) -> str: return f"{type(e).__name__}: {e}"
+
+def score_row(sample, response: str | None,
+              error: BaseException | None = None,  # the item failed before scoring (media, generation)
+              **scoring,  # `score_response` settings: strict_format, lenient
+              ) -> dict:
+    "A result's scores: `score_response`'s, or zeros and the error (a failed item, or a scorer exception)."
+    row = {"response": response, "accuracy": 0.0, "format": 0.0, "overall": 0.0, "parts": {}, "error": None}
+    if error is None:
+        try: row.update(score_response(sample, response, **scoring))
+        except Exception as e: error = e  # a scorer bug is counted and shown, not hidden as a 0
+    if error is not None: row["error"] = _error(error)
+    return row
 
 # %% ../nbs/11_evaluate.ipynb #5eddb91f
 def _flatten(d: dict, prefix="") -> dict:
@@ -488,7 +515,7 @@ def oracle_scores(bench: Benchmark, items: list[EvalItem]) -> dict[str, float]:
         prompt = item_prompt(it)
         missing = [o for o in it.options if o not in prompt]
         if missing: raise AssertionError(f"{it.source}: options missing from the prompt: {missing}")
-        rows.append({**result_fields(it), **score_response(it, oracle_response(it))})
+        rows.append({**result_fields(it), **score_response(to_sample(it), oracle_response(it))})
     return _flatten(summarize_rows(bench, rows))
 
 def result_fields(item: EvalItem) -> dict:
@@ -584,51 +611,20 @@ def make_manifest(model_dir=None, contract=None, image_contract=None, sampling: 
             "video_contract": _contract_dict(contract), "image_contract": _contract_dict(image_contract),
             "sampling": dict(sampling or {}), "seed": seed, "engine": engine, "versions": package_versions()}
 
-# %% ../nbs/11_evaluate.ipynb #5933e430
-@dataclass
-class Media:
-    "The decoded inputs of one item."
-    video: torch.Tensor | None = None  # (T, C, H, W) uint8
-    video_meta: Any = None  # easyvideor1.video.VideoMetadata
-    image: torch.Tensor | None = None  # (C, H, W) uint8
-
-@dataclass
-class EvalRequest:
-    "What an engine gets for one item."
-    item: EvalItem
-    prompt: str  # user text with media placeholders (no chat template)
-    media: Media
-
-_DONE = object()
-
 # %% ../nbs/11_evaluate.ipynb #bff9796a
 @dataclass
 class MediaLoader:
-    "Load an item's video / image through the frame cache (decode on a miss)."
+    "An item's `data.Media`: `data.load_media` on its `Sample`, through the frame cache (decode on a miss)."
     root: Path  # folder the annotation's relative paths start from
     contract: Any  # easyvideor1.video.VideoContract
     image_contract: Any = None  # easyvideor1.video.ImageContract
     cache: Any = None  # easyvideor1.cache.FrameCache, or None to decode every time
 
-    def _path(self, p: str) -> Path:
-        p = Path(p)
-        return p if p.is_absolute() else Path(self.root) / p
-
     def __call__(self, item: EvalItem) -> Media:
-        from easyvideor1.video import load_video, load_image
-        m = Media()
-        if item.video:
-            path = self._path(item.video)
-            w = dict(start=item.start, end=item.end)
-            m.video, m.video_meta = self.cache.get(path, self.contract, **w) if self.cache else load_video(path, self.contract, **w)
-        if item.image:
-            if self.image_contract is None: raise ValueError(f"{item.source}: item has an image but no image contract was given")
-            path = self._path(item.image)
-            m.image = self.cache.get(path, self.image_contract)[0] if self.cache else load_image(path, self.image_contract)
-        return m
+        return load_media(to_sample(item, self.root), self.contract, self.image_contract, self.cache)
 
 # %% ../nbs/11_evaluate.ipynb #2ab5d229
-def _error(e: BaseException) -> str: return f"{type(e).__name__}: {e}"
+_DONE = object()  # the end of a pipeline queue
 
 class PipelineError(RuntimeError):
     "A pipeline thread died or stalled; the message names the thread, the error and the items still waiting."
@@ -679,28 +675,30 @@ def _loaders(items, load_media, out_q, n_loaders, timeout, retries=1, stop=None)
     threading.Thread(target=closer, daemon=True, name="eval-loader-closer").start()
     return threads
 
-def _requests(batch, out_q) -> list[EvalRequest]:
-    "Requests for the items whose prompt builds; an item whose prompt fails is a failed item, the others go on."
+def _prompts(engine, batch, out_q) -> list[tuple[EvalItem, Any]]:
+    "`(item, the engine's prompt)` of the items whose prompt builds; one that fails is a failed item, the others go on."
     reqs = []
     for it, m in batch:
-        try: reqs.append(EvalRequest(it, item_prompt(it), m))
+        try: reqs.append((it, engine.prompt(to_sample(it), m)))
         except Exception as e: out_q.put((it, None, e))
     return reqs
 
-def _generate_batch(engine, reqs, out_q, retries=1):
-    "Run a sync engine on requests; on failure retry one by one (a transient error once more) so one bad item fails alone."
+def _generate_batch(engine, reqs, out_q, sampling, retries=1):
+    "A sync engine on `(item, prompt)` pairs; on failure one by one (a transient error once more): a bad item fails alone."
     try:
-        texts = engine.generate(reqs)
-        if len(texts) != len(reqs): raise RuntimeError(f"the engine returned {len(texts)} texts for {len(reqs)} requests")
+        groups = engine.generate([p for _, p in reqs], sampling)
+        if len(groups) != len(reqs):
+            raise RuntimeError(f"the engine returned {len(groups)} groups for {len(reqs)} prompts")
+        texts = [g[0].text for g in groups]
     except Exception as e:
         if len(reqs) > 1:
-            for r in reqs: _generate_batch(engine, [r], out_q, retries)
-        elif retries > 0 and is_transient(e): _generate_batch(engine, reqs, out_q, retries - 1)
-        else: out_q.put((reqs[0].item, None, e))
+            for r in reqs: _generate_batch(engine, [r], out_q, sampling, retries)
+        elif retries > 0 and is_transient(e): _generate_batch(engine, reqs, out_q, sampling, retries - 1)
+        else: out_q.put((reqs[0][0], None, e))
         return
-    for r, t in zip(reqs, texts): out_q.put((r.item, t, None))
+    for (it, _), t in zip(reqs, texts): out_q.put((it, t, None))
 
-def _sync_engine_worker(engine, in_q, out_q, batch_size, retries=1, stop=None):
+def _sync_engine_worker(engine, in_q, out_q, batch_size, sampling, retries=1, stop=None):
     "Worker thread: take ready items in batches, generate, put `(item, text, error)` on `out_q`; a crash is reported, never silent."
     stop = stop or threading.Event()
     def get(block):
@@ -723,25 +721,21 @@ def _sync_engine_worker(engine, in_q, out_q, batch_size, retries=1, stop=None):
             for it, m in batch:
                 if isinstance(m, Exception): out_q.put((it, None, m))
             ok = [(it, m) for it, m in batch if not isinstance(m, Exception)]
-            if ok and (reqs := _requests(ok, out_q)): _generate_batch(engine, reqs, out_q, retries)
+            reqs = _prompts(engine, ok, out_q)
+            if reqs: _generate_batch(engine, reqs, out_q, sampling, retries)
     except BaseException as e: out_q.put(_Crash(threading.current_thread().name, e))
     finally: out_q.put(_DONE)
 
 
 # %% ../nbs/11_evaluate.ipynb #12b0a26a
-def _record(results: ResultsFile, item: EvalItem, text, err, bar):
+def _record(results: ResultsFile, item: EvalItem, text, err, bar, scoring: dict | None = None):
     "Score one finished item (or record its failure) and append it."
-    row = {**result_fields(item), "response": text, "accuracy": 0.0, "format": 0.0, "overall": 0.0, "parts": {}, "error": None}
-    if err is None:
-        try: row.update(score_response(item, text))
-        except Exception as e: err = e  # a scorer bug is counted and shown, not hidden as a 0
-    if err is not None: row["error"] = _error(err)
-    results.append(row)
+    results.append({**result_fields(item), **score_row(to_sample(item), text, err, **(scoring or {}))})
     if bar is not None:
         bar.update(1)
         bar.set_postfix(failed=sum(bool(r["error"]) for r in results.rows), refresh=False)
 
-def _drain(out_q, worker, results, bar, stall_timeout, waiting):
+def _drain(out_q, worker, record, stall_timeout, waiting):
     "Record results as they arrive; raise `PipelineError` if the worker crashed, vanished or nothing finished for `stall_timeout` s."
     last = time.monotonic()
     while True:
@@ -755,9 +749,12 @@ def _drain(out_q, worker, results, bar, stall_timeout, waiting):
         if x is _DONE: return
         if isinstance(x, _Crash):
             raise PipelineError(f"{x.thread} raised {_error(x.error)}; {len(waiting())} items left: {waiting()[:5]}") from x.error
-        _record(results, *x, bar); last = time.monotonic()
+        record(*x)
+        last = time.monotonic()
 
 def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media: Callable[[EvalItem], Media], *,
+                 sampling=None,  # a `rollout.SamplingConfig` with n=1 (None: greedy, 256 new tokens at most)
+                 scoring: dict | None = None,  # `score_response` settings, e.g. {"strict_format": True}
                  n_loaders: int = 2,  # loader threads
                  queue_size: int = 8,  # loaded items waiting for the engine, at most
                  batch_size: int = 4,  # items per `generate` call (sync engines)
@@ -768,31 +765,38 @@ def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media
                  progress: bool = True) -> list[dict]:
     "Evaluate the items not yet in `results`: loader threads -> bounded queue -> engine -> score -> append."
     from tqdm.auto import tqdm
+    from easyvideor1.rollout import SamplingConfig
+    sampling = sampling or SamplingConfig(n=1, temperature=0.0, max_new_tokens=256)
+    if sampling.n != 1: raise ValueError(f"run_pipeline scores one completion per item; got sampling.n={sampling.n}")
     todo = [it for it in items if it.item_id not in results.done]
     waiting = lambda: [it.item_id for it in todo if it.item_id not in results.done]
     bench = items[0].benchmark if items else ""
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=bench, unit="item", dynamic_ncols=True) if progress else None
     in_q, stop = queue.Queue(maxsize=queue_size), threading.Event()
+    record = lambda it, text, err: _record(results, it, text, err, bar, scoring)
     _loaders(todo, load_media, in_q, n_loaders, timeout, retries, stop)
     try:
-        if hasattr(engine, "agenerate"): _run_async(engine, in_q, results, bar, max_inflight, retries, stall_timeout, waiting)
+        if hasattr(engine, "agenerate"):
+            _run_async(engine, in_q, record, sampling, max_inflight, retries, stall_timeout, waiting)
         else:
             out_q = queue.Queue()
-            worker = threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size, retries, stop),
+            worker = threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size, sampling, retries, stop),
                                       daemon=True, name="eval-engine")
             worker.start()
-            _drain(out_q, worker, results, bar, stall_timeout, waiting)
+            _drain(out_q, worker, record, stall_timeout, waiting)
             worker.join(timeout=stall_timeout)  # it ends right after _DONE; an engine thread still alive at interpreter exit can abort the process
     finally:
         stop.set()  # loaders and the worker leave their waits
         if bar is not None: bar.close()
     return results.rows
 
-def _run_async(engine, in_q, results, bar, max_inflight, retries=1, stall_timeout=None, waiting=lambda: []):
-    "Stream requests into an async engine under a deadline each; score each as it finishes."
+def _run_async(engine, in_q, record, sampling, max_inflight, retries=1, stall_timeout=None, waiting=lambda: []):
+    "Stream prompts into an async engine (`agenerate`) under a deadline each; score each as it finishes."
     import asyncio
     last = [time.monotonic()]
-    def record(*x): _record(results, *x, bar); last[0] = time.monotonic()
+    def done(*x):
+        record(*x)
+        last[0] = time.monotonic()
     def get():
         try: return in_q.get(timeout=0.2)
         except queue.Empty: return None
@@ -800,22 +804,26 @@ def _run_async(engine, in_q, results, bar, max_inflight, retries=1, stall_timeou
         loop, sem, tasks = asyncio.get_running_loop(), asyncio.Semaphore(max_inflight), set()
         async def one(it, m):
             try:
-                req = EvalRequest(it, item_prompt(it), m)
+                prompt = engine.prompt(to_sample(it), m)
                 for k in range(retries + 1):
-                    try: text, err = await asyncio.wait_for(engine.agenerate(req), stall_timeout), None; break
+                    try: groups, err = await asyncio.wait_for(engine.agenerate([prompt], sampling), stall_timeout), None
                     except Exception as e:
-                        text, err = None, e
+                        groups, err = None, e
                         if not is_transient(e): break
-            except Exception as e: text, err = None, e  # the prompt did not build: this item fails alone
+                    else: break
+                text = groups[0][0].text if err is None else None
+            except Exception as e: text, err = None, e  # no prompt, or no completion: this item fails alone
             finally: sem.release()
-            record(it, text, err)
+            done(it, text, err)
         while (x := await loop.run_in_executor(None, get)) is not _DONE:
             if x is None:
                 if stall_timeout is not None and time.monotonic() - last[0] > stall_timeout:
                     raise PipelineError(f"no item finished for {stall_timeout} s; {len(waiting())} items left: {waiting()[:5]}")
                 continue
             it, m = x
-            if isinstance(m, Exception): record(it, None, m); continue
+            if isinstance(m, Exception):
+                done(it, None, m)
+                continue
             await sem.acquire()
             t = asyncio.create_task(one(it, m)); tasks.add(t); t.add_done_callback(tasks.discard)
         if tasks: await asyncio.gather(*list(tasks))
@@ -841,56 +849,25 @@ def failure_counts(rows: list[dict]) -> dict[str, int]:
 
 # %% ../nbs/11_evaluate.ipynb #a1d14da6
 class OracleEngine:
-    "Answers every request with its ground truth (pipeline checks without a model)."
-    def __init__(self, delay: float = 0.0): self.delay = delay  # seconds per batch, to simulate work
-    def generate(self, requests: list[EvalRequest]) -> list[str]:
+    "Answers every prompt with its ground truth, behind the engines' interface (pipeline checks, no model)."
+    def __init__(self, delay: float = 0.0): self.delay = delay  # seconds per `generate` call (simulated work)
+
+    def prompt(self, sample, media):
+        "The sample itself (its answer is the response), once its prompt is known to build."
+        from easyvideor1.data import build_prompt
+        build_prompt(sample)
+        return sample
+
+    def generate(self, prompts: list, sampling) -> list[list]:
+        "`sampling.n` completions of each prompt, all its ground truth written as a response."
+        from easyvideor1.rollout import Completion
         if self.delay: time.sleep(self.delay)
-        return [oracle_response(r.item) for r in requests]
-
-# %% ../nbs/11_evaluate.ipynb #bb615893
-def chat_text(processor, req: EvalRequest) -> str:
-    "The chat-templated prompt for one request, with its media placeholders (the data module's template)."
-    from easyvideor1.data import prompt_text
-    return prompt_text(processor, to_sample(req.item))
-
-class HFEvalEngine:
-    "Batched transformers `generate` over cached frames (runs on the pipeline's worker thread)."
-    def __init__(self, model, processor,
-                 max_new_tokens: int = 256,  # response budget
-                 temperature: float = 0.0,  # 0 = greedy
-                 top_p: float = 1.0, seed: int = 0):
-        from easyvideor1.models import banned_vision_token_ids
-        from easyvideor1.rollout import use_released_positions
-        self.model, self.processor, self.banned = model.eval(), processor, banned_vision_token_ids()
-        use_released_positions(self.model)  # Qwen2.5-VL: the released model's (= vLLM's, the trainer's) positions after a video
-        self.sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-        self.gen = torch.Generator().manual_seed(seed)
-        processor.tokenizer.padding_side = "left"
-
-    @torch.no_grad()
-    def generate(self, requests: list[EvalRequest]) -> list[str]:
-        vids = [r.media.video for r in requests if r.media.video is not None]
-        metas = [r.media.video_meta.to_hf() for r in requests if r.media.video is not None]
-        imgs = [r.media.image for r in requests if r.media.image is not None]
-        kw = dict(do_sample_frames=False, do_resize=False)  # frames arrive sampled and sized by the contract
-        if vids:
-            kw.update(videos=vids, video_metadata=metas)
-            if hasattr(self.processor.video_processor, "cap_pixels_per_frame"): kw["cap_pixels_per_frame"] = False
-        if imgs: kw["images"] = imgs
-        dev = self.model.device
-        inputs = self.processor(text=[chat_text(self.processor, r) for r in requests], padding=True, return_tensors="pt", **kw).to(dev)
-        s = self.sampling
-        sample = dict(do_sample=True, temperature=s["temperature"], top_p=s["top_p"], top_k=0) if s["temperature"] > 0 else dict(do_sample=False)
-        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):  # leave a trainer's RNG untouched
-            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))  # reproducible per batch
-            out = self.model.generate(**inputs, max_new_tokens=s["max_new_tokens"], suppress_tokens=self.banned,
-                                      pad_token_id=self.processor.tokenizer.pad_token_id, repetition_penalty=1.0, **sample)  # (B, L + new); top_k, repetition_penalty: not the model's defaults (vLLM's protocol)
-        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        return [[Completion([], oracle_response(s), [], "stop") for _ in range(sampling.n)] for s in prompts]
 
 # %% ../nbs/11_evaluate.ipynb #c3cbabe1
 class VLLMAsyncEngine:
-    "vLLM `AsyncLLM` on its own event loop thread; `agenerate` streams one request."
-    def __init__(self, model_dir, max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+    "vLLM `AsyncLLM` on its own event loop thread; `agenerate` is the engines' `generate` as a coroutine."
+    def __init__(self, model_dir, seed: int = 0,
                  max_model_len: int = 8192,  # prompt + response tokens, at most
                  video_dummy: dict | None = None,  # largest video to profile for, e.g. {"num_frames": 16, "width": 448, "height": 448}
                  image_dummy: dict | None = None,  # largest image to profile for, e.g. {"width": 448, "height": 448}
@@ -899,7 +876,6 @@ class VLLMAsyncEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
         from easyvideor1.models import model_family, qwen_processor
-        from easyvideor1.rollout import SamplingConfig, vllm_sampling_params
         self.processor, self.family = qwen_processor(model_dir), model_family(model_dir)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True, name="vllm-loop").start()
@@ -908,24 +884,27 @@ class VLLMAsyncEngine:
                                **engine_kw)
         async def make(): return AsyncLLM.from_engine_args(args)
         self.llm = asyncio.run_coroutine_threadsafe(make(), self.loop).result()
-        sc = SamplingConfig(n=1, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-        self.params = vllm_sampling_params(sc, self.processor.tokenizer)
         self._n = 0
 
-    def request(self, req: EvalRequest) -> dict:
-        "vLLM's prompt dict for one request: chat text plus unexpanded media (the rollout module's format)."
-        from easyvideor1.rollout import RolloutPrompt, vllm_prompt
-        m = req.media
-        p = RolloutPrompt(chat_text(self.processor, req), [(m.video, m.video_meta)] if m.video is not None else [],
-                          [m.image] if m.image is not None else [])
-        return vllm_prompt(p, self.family)
+    def prompt(self, sample, media: Media):
+        "A data `Sample`'s prompt as vLLM takes it: chat text and media, unexpanded (`rollout.rollout_prompt`)."
+        from easyvideor1.rollout import rollout_prompt
+        return rollout_prompt(self.processor, sample, media)
 
-    async def agenerate(self, req: EvalRequest) -> str:
-        self._n += 1
-        final = None
-        async for out in self.llm.generate(self.request(req), self.params, request_id=f"eval-{self._n}-{req.item.item_id}"):
-            final = out
-        return final.outputs[0].text
+    async def agenerate(self, prompts: list, sampling) -> list[list]:
+        "n completions for each prompt, one group per prompt; the prompts go into the engine together."
+        import asyncio
+        from easyvideor1.rollout import _groups, token_ids_of, vllm_prompt, vllm_sampling_params
+        tok = self.processor.tokenizer
+        params = vllm_sampling_params(sampling, tok)
+        async def final(p):
+            self._n += 1
+            out = None
+            async for out in self.llm.generate(vllm_prompt(p, self.family), params, request_id=f"eval-{self._n}"):
+                pass  # each output holds everything so far (cumulative); the last one is the completion
+            return out
+        outs = await asyncio.gather(*(final(p) for p in prompts))
+        return _groups(tok, outs, token_ids_of(tok, sampling.stop))
 
     def close(self):
         self.llm.shutdown()
@@ -1078,10 +1057,11 @@ def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixel
     return (VideoContract(fps=fps, max_frames=max_frames, min_pixels=min_pixels, max_pixels=max_pixels, total_pixels=total_pixels, factor=factor),
             ImageContract(max_pixels=image_max_pixels, factor=factor))
 
-def load_hf_engine(model_dir, **sampling) -> HFEvalEngine:
-    "An `HFEvalEngine` over a model folder saved by `save_vlm` / `save_pretrained` (model + processor)."
+def load_hf_engine(model_dir):
+    "The rollout module's `HFEngine` over a model folder (model + processor, `save_vlm`), in eval mode."
     from easyvideor1.models import qwen_vlm, qwen_processor
-    return HFEvalEngine(qwen_vlm(model_dir), qwen_processor(model_dir), **sampling)
+    from easyvideor1.rollout import HFEngine
+    return HFEngine(qwen_vlm(model_dir).eval(), qwen_processor(model_dir))
 
 def _parser():
     import argparse
@@ -1105,6 +1085,8 @@ def _parser():
     r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--strict-format", action="store_true",
+                   help="full format score only for '(<think>..</think>) <answer>..</answer>' (the trainer's default)")
     r.add_argument("--loaders", type=int, default=2, help="loader threads")
     r.add_argument("--queue-size", type=int, default=8, help="loaded items waiting for the engine, at most")
     r.add_argument("--batch-size", type=int, default=4, help="items per generate call (hf)")
@@ -1127,13 +1109,14 @@ def _parser():
     return p
 
 def _engine_from_args(a, family):
+    "The engine, and the sampling settings its manifest records."
     sampling = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed)
     if a.engine == "oracle": return OracleEngine(a.oracle_delay), {"oracle_delay": a.oracle_delay}
-    if a.engine == "hf": return load_hf_engine(a.model, **sampling), sampling
+    if a.engine == "hf": return load_hf_engine(a.model), sampling
     side = int(math.sqrt(a.max_pixels)) if a.max_pixels else None  # profile vLLM for what the contract can produce
     dummy = {"num_frames": a.max_frames, **({"width": side, "height": side} if side else {})}
-    return (VLLMAsyncEngine(a.model, video_dummy=dummy, image_dummy={"width": side, "height": side} if side else None,
-                            enforce_eager=a.enforce_eager, dtype=a.dtype, **sampling), {**sampling, "dtype": a.dtype})
+    return (VLLMAsyncEngine(a.model, seed=a.seed, video_dummy=dummy, image_dummy={"width": side, "height": side} if side else None,
+                            enforce_eager=a.enforce_eager, dtype=a.dtype), {**sampling, "dtype": a.dtype})
 
 def _failure_line(summaries: list[dict]) -> str | None:
     "One line: how many items failed, of how many, and why (counts per reason)."
@@ -1160,8 +1143,12 @@ def main(argv=None) -> int:
         from easyvideor1.models import model_family
         family = model_family(a.model) if a.model else "qwen2_5_vl"
         vc, ic = contracts_for(family, a.fps, a.max_frames, a.min_pixels, a.max_pixels)
+        from easyvideor1.rollout import SamplingConfig
         engine, sampling = _engine_from_args(a, family)
         manifest = make_manifest(a.model, vc, ic, sampling, a.seed, a.engine)
+        if a.strict_format: manifest["scoring"] = {"strict_format": True}  # absent by default: older runs resume
+        request = SamplingConfig(n=1, temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens,
+                                 seed=a.seed)
         cache = None
         if a.cache:
             from easyvideor1.cache import FrameCache
@@ -1170,7 +1157,8 @@ def main(argv=None) -> int:
         try:
             for f in a.bench:
                 loader = MediaLoader(Path(a.video_root or Path(f).parent), vc, ic, cache)
-                s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items, strict=a.strict, n_loaders=a.loaders,
+                s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items, strict=a.strict,
+                                  sampling=request, scoring={"strict_format": a.strict_format}, n_loaders=a.loaders,
                                   queue_size=a.queue_size, batch_size=a.batch_size, max_inflight=a.max_inflight,
                                   timeout=a.timeout, retry_failed=a.retry_failed, retries=a.retries, stall_timeout=a.stall_timeout,
                                   validation={"max_prompt_chars": a.max_prompt_chars}, progress=not a.no_progress)

@@ -4,37 +4,37 @@
 
 # %% ../nbs/08_rollout.ipynb #2111bc9c
 from __future__ import annotations
-import atexit, json, os, subprocess, sys, time
+import atexit, contextlib, json, os, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from torch import Tensor
+from .data import Media, SampleInputs, collate, text_inputs
 
 # %% auto #0
 __all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt', 'SamplingConfig',
-           'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'processor_inputs', 'repeat_inputs',
-           'demo_prompts', 'InverseCDFSampler', 'released_rope_index', 'use_released_positions', 'HFEngine',
-           'trainer_logprobs', 'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text',
-           'vllm_prompt', 'hf_state_items', 'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine', 'check_prompt_ids',
-           'train_steps', 'chat_request', 'VLLMServer', 'parity_report']
+           'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'trainer_inputs', 'repeat_inputs',
+           'demo_prompts', 'InverseCDFSampler', 'GreedySampler', 'released_rope_index', 'use_released_positions',
+           'HFEngine', 'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text', 'vllm_prompt',
+           'hf_state_items', 'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine', 'check_prompt_ids', 'train_steps',
+           'chat_request', 'VLLMServer', 'parity_report']
 
 # %% ../nbs/08_rollout.ipynb #5260032b
 @dataclass
 class RolloutPrompt:
-    "One chat-templated prompt, unexpanded (one pad token per medium), with its media."
-    text: str                                     # ends on the assistant turn's start
-    videos: list = field(default_factory=list)    # [(frames (T, C, H, W) uint8, VideoMetadata)]
-    images: list = field(default_factory=list)    # [frames (C, H, W) uint8]
+    "What a vLLM engine takes: the chat-templated text, unexpanded (one pad token per medium), and its media."
+    text: str                                    # ends on the assistant turn's start
+    media: Media = field(default_factory=Media)  # `data.Media`: frames (and video metadata) from the frame cache
 
     def _repr_markdown_(self):
-        v = ", ".join(f"{tuple(f.shape)}" for f, _ in self.videos) or "-"
-        i = ", ".join(f"{tuple(f.shape)}" for f in self.images) or "-"
+        v = ", ".join(f"{tuple(f.shape)}" for f in self.media.videos) or "-"
+        i = ", ".join(f"{tuple(f.shape)}" for f in self.media.images) or "-"
         return f"**RolloutPrompt** {len(self.text)} chars; videos {v}; images {i}"
 
-def rollout_prompt(processor, sample, media) -> RolloutPrompt:
-    "The rollout prompt of a data `Sample` with its `Media` (frames from the cache)."
+def rollout_prompt(processor, sample, media: Media) -> RolloutPrompt:
+    "The rollout prompt of a data `Sample` and its `Media`: the text `data.prompt_inputs` tokenises."
     from easyvideor1.data import prompt_text
-    return RolloutPrompt(prompt_text(processor, sample), list(zip(media.videos, media.video_meta)), list(media.images))
+    return RolloutPrompt(prompt_text(processor, sample), media)
 
 # %% ../nbs/08_rollout.ipynb #000077f9
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")  # end of turn, end of text
@@ -85,15 +85,9 @@ def make_completion(tokenizer, ids: list[int], logprobs: list[float], stop_ids) 
     return Completion(list(ids), tokenizer.decode(body, skip_special_tokens=True), [float(x) for x in logprobs], reason)
 
 # %% ../nbs/08_rollout.ipynb #0e7a3ec2
-def processor_inputs(processor, prompt: RolloutPrompt) -> dict:
-    "Batch-1 model inputs of a prompt: the processor on pre-sampled, pre-sized frames and their metadata."
-    kw = dict(text=[prompt.text], return_tensors="pt", do_sample_frames=False, do_resize=False)
-    if prompt.videos:
-        kw["videos"] = [f for f, _ in prompt.videos]
-        kw["video_metadata"] = [m.to_hf() if hasattr(m, "to_hf") else dict(m) for _, m in prompt.videos]
-        if hasattr(processor.video_processor, "cap_pixels_per_frame"): kw["cap_pixels_per_frame"] = False
-    if prompt.images: kw["images"] = list(prompt.images)
-    return dict(processor(**kw))
+def trainer_inputs(processor, prompts: list[RolloutPrompt]) -> list[SampleInputs]:
+    "The trainer's model inputs of rollout prompts (`data.text_inputs`): what `HFEngine` generates from."
+    return [text_inputs(processor, p.text, p.media, f"prompt{i}") for i, p in enumerate(prompts)]
 
 def repeat_inputs(inputs: dict, n: int) -> dict:
     "One prompt's inputs as n identical rows (flattened patches concatenated n times)."
@@ -115,8 +109,9 @@ def demo_prompts(family: str, processor, seed: int = 0) -> list[RolloutPrompt]:
                          width=4 * F, height=4 * F, backend="decord")
     image = torch.randint(0, 256, (3, 2 * F, 3 * F), dtype=torch.uint8, generator=g)  # (C, H, W)
     text = lambda m: processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-    return [RolloutPrompt(text(video_message("Which way does the square move?")), videos=[(frames, meta)]),
-            RolloutPrompt(text(image_message("What colour is the square?")), images=[image])]
+    video = Media(videos=[frames], video_meta=[meta])
+    return [RolloutPrompt(text(video_message("Which way does the square move?")), video),
+            RolloutPrompt(text(image_message("What colour is the square?")), Media(images=[image]))]
 
 # %% ../nbs/08_rollout.ipynb #4aa927c9
 def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id, sampler: bool = False):
@@ -163,6 +158,22 @@ class InverseCDFSampler(LogitsProcessor):
         "(n, L) log-probs of the drawn tokens, one column per decode step."
         return torch.stack(self.logps, 1)
 
+# %% ../nbs/08_rollout.ipynb #dfde91b5
+class GreedySampler(LogitsProcessor):
+    "Takes each row's most likely token without the banned ids and records its log-prob under the full softmax."
+    def __init__(self, banned_ids=()):
+        self.banned, self.logps = torch.tensor(list(banned_ids), dtype=torch.long), []
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        z = scores.float()                                                             # (n, V)
+        tok = z.index_fill(-1, self.banned.to(z.device), -float("inf")).argmax(-1, keepdim=True)  # (n, 1)
+        self.logps.append((z.gather(-1, tok) - z.logsumexp(-1, keepdim=True)).squeeze(-1))
+        return torch.full_like(scores, -float("inf")).scatter_(-1, tok, 0.0)
+
+    def logprobs(self) -> Tensor:
+        "(n, L) log-probs of the chosen tokens, one column per decode step."
+        return torch.stack(self.logps, 1)
+
 # %% ../nbs/08_rollout.ipynb #4eff952e
 def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, image_grid_thw=None, video_grid_thw=None,
                         second_per_grid_ts=None, attention_mask=None, **kwargs) -> tuple[Tensor, Tensor]:
@@ -202,35 +213,60 @@ def use_released_positions(model) -> bool:
 
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
 class HFEngine:
-    "Rollouts with transformers `generate` on the training model; a group's prompt is prefilled once (Qwen2.5-VL: under `use_released_positions`)."
+    "transformers `generate` on the training model, from the trainer's `SampleInputs`; one prefill per group."
     def __init__(self, model,  # the VLM, or a `data.VLMCall` around it (FSDP2's root: generation runs in its forward, unsharded)
                  processor,
                  shared_prefix: bool = True,  # False: the naive path (n prefills), kept as the oracle
-                 fast_sampler: bool = True):  # False: transformers' `torch.multinomial` (the reference of bench/sampler.py)
+                 fast_sampler: bool = True,  # False: transformers' `torch.multinomial` (the reference of bench/sampler.py)
+                 batch_size: int = 16):  # greedy, one completion per prompt: prompts per left-padded `generate`
         from easyvideor1.data import unwrap_vlm
         self.model, self.processor, self.shared_prefix, self.fast_sampler = model, processor, shared_prefix, fast_sampler
-        self.vlm = unwrap_vlm(model)
+        self.vlm, self.batch_size = unwrap_vlm(model), batch_size
         use_released_positions(self.vlm)  # the rule of the released model and vLLM, as in the trainer's forwards
         self.tokenizer = processor.tokenizer
         self.pad_id = token_ids_of(self.tokenizer, ["<|endoftext|>"])[0]
 
+    def prompt(self, sample, media: Media) -> SampleInputs:
+        "A data `Sample`'s prompt as this engine takes it: `data.prompt_inputs`, on the model's device."
+        from easyvideor1.data import prompt_inputs
+        return prompt_inputs(self.processor, sample, media).to(self.vlm.device)
+
     @torch.no_grad()
-    def generate(self, prompts: list[RolloutPrompt], sampling: SamplingConfig) -> list[list[Completion]]:
+    def generate(self, prompts: list[SampleInputs], sampling: SamplingConfig) -> list[list[Completion]]:
         "n completions for each prompt, one group per prompt."
-        from easyvideor1.data import call_vlm
         from easyvideor1.parallel import gathered
         stop_ids = token_ids_of(self.tokenizer, sampling.stop)
-        fast = self.fast_sampler and sampling.temperature > 0 and sampling.top_p >= 1  # top-p: transformers' sampler (it sorts the vocabulary)
-        gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id, sampler=fast)
-        groups = []
+        greedy = sampling.temperature == 0
+        fast = self.fast_sampler and not greedy and sampling.top_p >= 1  # top-p: transformers' sampler (it sorts the vocabulary)
+        gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id, sampler=fast or greedy)
         with gathered(self.model):  # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
-            for i, p in enumerate(prompts):
-                inputs = {k: v.to(self.vlm.device) if torch.is_tensor(v) else v for k, v in processor_inputs(self.processor, p).items()}
-                if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
-                sampler = InverseCDFSampler(sampling.temperature, banned_token_ids()) if fast else None
-                ids, logp = call_vlm(self.model, self._shared if self.shared_prefix else self._naive, inputs, sampling.n, gc, sampler)
-                groups.append([make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids)
-                               for r, l in zip(ids, logp)])
+            if greedy and sampling.n == 1: return self._greedy_batches(prompts, gc, stop_ids)
+            return [self._group(x, i, sampling, gc, stop_ids, fast) for i, x in enumerate(prompts)]
+
+    def _completions(self, ids: Tensor, logp: Tensor, stop_ids) -> list[Completion]:
+        return [make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids) for r, l in zip(ids, logp)]
+
+    def _group(self, x: SampleInputs, i: int, sampling: SamplingConfig, gc, stop_ids,
+               fast: bool) -> list[Completion]:
+        "The n completions of prompt i (seeded by its index)."
+        from easyvideor1.data import call_vlm
+        inputs = collate([x], self.pad_id).to(self.vlm.device).model_kwargs()  # (1, P) rows
+        if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
+        sampler = (GreedySampler(banned_token_ids()) if sampling.temperature == 0
+                   else InverseCDFSampler(sampling.temperature, banned_token_ids()) if fast else None)
+        run = self._shared if self.shared_prefix else self._naive
+        ids, logp = call_vlm(self.model, run, inputs, sampling.n, gc, sampler)
+        return self._completions(ids, logp, stop_ids)
+
+    def _greedy_batches(self, prompts: list[SampleInputs], gc, stop_ids) -> list[list[Completion]]:
+        "One greedy completion per prompt: the naive path (nothing to share) on left-padded batches."
+        from easyvideor1.data import call_vlm
+        groups = []
+        for s in range(0, len(prompts), self.batch_size):
+            b = collate(prompts[s:s + self.batch_size], self.pad_id, pad_side="left").to(self.vlm.device)
+            sampler = GreedySampler(banned_token_ids())
+            ids, logp = call_vlm(self.model, self._naive, b.model_kwargs(), 1, gc, sampler)
+            groups += [[c] for c in self._completions(ids, logp, stop_ids)]
         return groups
 
     @staticmethod
@@ -261,30 +297,10 @@ class HFEngine:
         return self._run(model, P, gc, sampler, input_ids=ids.repeat(n, 1), position_ids=pos.repeat_interleave(n, 1),
                          attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device), **{kw: cache})
 
-# %% ../nbs/08_rollout.ipynb #a359a586
-def trainer_logprobs(model, processor, prompt: RolloutPrompt, completions: list[Completion],
-                     temperature: float = 1.0, # the sampling temperature (0: greedy, scored at T = 1)
-                     position_ids=None,        # callable(inputs, model) -> (3, 1, L) ids; None: the model's own
-                    ) -> list[Tensor]:
-    "Each completion's token log-probs as the trainer computes them: one full forward per completion (with grad if enabled)."
-    inputs = processor_inputs(processor, prompt)
-    P, t = inputs["input_ids"].shape[1], (temperature if temperature > 0 else 1.0)
-    out = []
-    for c in completions:
-        ids = torch.tensor([c.token_ids])  # (1, C)
-        full = dict(inputs, input_ids=torch.cat([inputs["input_ids"], ids], 1),
-                    attention_mask=torch.ones(1, P + ids.shape[1], dtype=torch.long))
-        if "mm_token_type_ids" in inputs: full["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(ids)], 1)
-        model.model.rope_deltas = None
-        kw = {} if position_ids is None else {"position_ids": position_ids(full, model)}
-        z = model(**full, **kw, use_cache=False).logits[0, P - 1:-1].float() / t  # (C, V)
-        out.append(z.log_softmax(-1).gather(-1, ids[0, :, None]).squeeze(-1))  # (C,)
-    return out
-
 # %% ../nbs/08_rollout.ipynb #efbed6a7
 @dataclass
 class LogprobParity:
-    "How far an engine's log-probs of its sampled tokens are from the trainer's recomputation."
+    "How far an engine's log-probs of its sampled tokens are from the trainer's."
     mean_abs: float   # mean |engine - trainer| over all sampled tokens
     max_abs: float    # max |engine - trainer|
     n_tokens: int
@@ -292,13 +308,25 @@ class LogprobParity:
     def _repr_markdown_(self):
         return f"**LogprobParity** over {self.n_tokens} tokens: mean {self.mean_abs:.2e}, max {self.max_abs:.2e}"
 
-def logprob_parity(model, processor, prompts: list[RolloutPrompt], groups: list[list[Completion]],
-                   temperature: float, position_ids=None) -> LogprobParity:
-    "Compare every completion's log-probs with the trainer's recomputation."
-    with torch.no_grad():
-        d = torch.cat([(torch.tensor(c.logprobs) - r).abs()
-                       for p, g in zip(prompts, groups)
-                       for c, r in zip(g, trainer_logprobs(model, processor, p, g, temperature, position_ids))])
+def _trainer_and_engine_logp(model, prompts: list[SampleInputs], groups: list[list[Completion]],
+                             temperature: float) -> tuple[Tensor, Tensor]:
+    "Each sampled token's log-prob by the trainer's pass (`prefix.groups_logprobs`) and by the engine: (N,), (N,)."
+    from easyvideor1.prefix import groups_logprobs
+    from easyvideor1.replay import Trajectory, pad_trajectories
+    dev = prompts[0].input_ids.device
+    trajs = [[Trajectory(c.token_ids, c.text, logp=c.logprobs) for c in g] for g in groups]
+    padded = [pad_trajectories(g) for g in trajs]  # ids, mask, behaviour_logp (G, T)
+    masks = [p["mask"].to(dev).bool() for p in padded]
+    ids = [p["ids"].to(dev) for p in padded]
+    lps = groups_logprobs(model, prompts, ids, masks, temperature=temperature or 1.0)  # greedy: scored at T = 1
+    trainer = torch.cat([lp[m] for lp, m in zip(lps, masks)])  # (N,)
+    return trainer, torch.cat([p["behaviour_logp"].to(dev)[m] for p, m in zip(padded, masks)])  # (N,), (N,)
+
+def logprob_parity(model, prompts: list[SampleInputs], groups: list[list[Completion]],
+                   temperature: float) -> LogprobParity:
+    "Compare every completion's log-probs with the trainer's log-prob pass on the trainer's inputs."
+    with torch.no_grad(): trainer, engine = _trainer_and_engine_logp(model, prompts, groups, temperature)
+    d = (engine - trainer.float()).abs()
     return LogprobParity(float(d.mean()), float(d.max()), len(d))
 
 # %% ../nbs/08_rollout.ipynb #a141c9c7
@@ -316,10 +344,10 @@ def vllm_text(prompt: RolloutPrompt, family: str) -> str:
 
 def vllm_prompt(prompt: RolloutPrompt, family: str) -> dict:
     "A vLLM prompt: unexpanded text, frames (T, H, W, C) with metadata, no re-sampling or resizing."
-    mm = {}
-    if prompt.videos: mm["video"] = [(f.permute(0, 2, 3, 1).numpy(), m.to_hf() if hasattr(m, "to_hf") else dict(m))
-                                     for f, m in prompt.videos]
-    if prompt.images: mm["image"] = [f.permute(1, 2, 0).numpy() for f in prompt.images]
+    media, mm = prompt.media, {}
+    if media.videos: mm["video"] = [(f.permute(0, 2, 3, 1).numpy(), m.to_hf() if hasattr(m, "to_hf") else dict(m))
+                                    for f, m in zip(media.videos, media.video_meta)]
+    if media.images: mm["image"] = [f.permute(1, 2, 0).numpy() for f in media.images]
     d = {"prompt": vllm_text(prompt, family), "mm_processor_kwargs": {"do_sample_frames": False, "do_resize": False}}
     if mm: d["multi_modal_data"] = mm
     return d
@@ -406,10 +434,10 @@ class VLLMEngine:
 
 # %% ../nbs/08_rollout.ipynb #9832db6a
 def check_prompt_ids(engine, processor, prompts: list[RolloutPrompt]) -> int:
-    "Fail unless the engine's expanded prompt ids equal the trainer's; returns the number of tokens compared."
+    "Fail unless the engine's expanded prompt ids are the trainer's (`data.text_inputs`); the tokens compared."
     n = 0
-    for i, (p, got) in enumerate(zip(prompts, engine.prompt_token_ids(prompts))):
-        want = processor_inputs(processor, p)["input_ids"][0].tolist()
+    for i, (x, got) in enumerate(zip(trainer_inputs(processor, prompts), engine.prompt_token_ids(prompts))):
+        want = x.input_ids.tolist()
         if got != want:
             k = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             raise PromptMismatch(f"prompt {i}: engine has {len(got)} ids, trainer {len(want)}; first difference at {k}: "
@@ -417,12 +445,13 @@ def check_prompt_ids(engine, processor, prompts: list[RolloutPrompt]) -> int:
         n += len(want)
     return n
 
-def train_steps(model, processor, prompts, groups, steps: int = 2, lr: float = 1.0, temperature: float = 1.0):
-    "A few SGD steps raising the mean log-likelihood of the sampled completions (to move the weights like training)."
+def train_steps(model, prompts: list[SampleInputs], groups, steps: int = 2, lr: float = 1.0,
+                temperature: float = 1.0):
+    "A few SGD steps raising the sampled completions' mean log-likelihood, by the trainer's log-prob pass."
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(steps):
-        loss = -torch.cat([lp for p, g in zip(prompts, groups) for lp in trainer_logprobs(model, processor, p, g, temperature)]).mean()
+        loss = -_trainer_and_engine_logp(model, prompts, groups, temperature)[0].mean()
         opt.zero_grad(); loss.backward(); opt.step()
     model.eval()
 
@@ -439,13 +468,14 @@ def _png_b64(frame: Tensor) -> str:
 def chat_request(prompt: RolloutPrompt, family: str, sc: SamplingConfig, tokenizer, model: str = "policy",
                  n: int | None = None, max_tokens: int | None = None) -> dict:
     "The `/v1/chat/completions` body for one prompt: our text, lossless frames with their metadata, sampling."
-    if len(prompt.videos) > 1: raise NotImplementedError("server mode sends one video per prompt (per-request metadata)")
+    media = prompt.media
+    if len(media.videos) > 1: raise NotImplementedError("server mode sends one video per prompt (per-request metadata)")
     content, extra = [], {}
-    for f, m in prompt.videos:
+    for f, m in zip(media.videos, media.video_meta):
         m = m.to_hf() if hasattr(m, "to_hf") else dict(m)
         content.append({"type": "video_url", "video_url": {"url": "data:video/jpeg;base64," + ",".join(_png_b64(x) for x in f)}})
         extra["media_io_kwargs"] = {"video": {k: m[k] for k in ("fps", "frames_indices", "total_num_frames", "duration")}}
-    content += [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + _png_b64(f)}} for f in prompt.images]
+    content += [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + _png_b64(f)}} for f in media.images]
     content.append({"type": "text", "text": vllm_text(prompt, family)})
     return dict(model=model, messages=[{"role": "user", "content": content}], n=n or sc.n, temperature=sc.temperature,
                 top_p=sc.top_p, top_k=-1, seed=sc.seed, max_tokens=max_tokens or sc.max_new_tokens,
@@ -543,13 +573,25 @@ class VLLMServer:
     def __exit__(self, *exc): self.close()
 
 # %% ../nbs/08_rollout.ipynb #2e2e32bb
+@contextlib.contextmanager
+def _transformers_positions(model):
+    "transformers' own M-RoPE rule for a moment (the released rule comes back after)."
+    from easyvideor1.data import unwrap_vlm
+    core = unwrap_vlm(model).model
+    released = core.__dict__.pop("get_rope_index", None)  # an instance attribute; the class's is transformers'
+    try: yield
+    finally:
+        if released is not None: core.get_rope_index = released
+
 def parity_report(family: str, workdir, engine: str = "colocated", # "colocated" (`VLLMEngine`) or "server" (`VLLMServer`)
                   n: int = 4, max_new_tokens: int = 16, temperature: float = 0.7, port: int = 8011) -> dict:
     "Every engine-vs-trainer check for one family's tiny model: prompt ids, log-probs before/after training + push, bans."
     from easyvideor1.models import save_vlm, qwen_vlm, qwen_processor
     folder = save_vlm(Path(workdir) / f"tiny_{family}", family, "tiny", seed=0, overwrite=True)
     model, processor = qwen_vlm(folder), qwen_processor(folder)
-    prompts, pos = demo_prompts(family, processor), (original_mrope_positions if family == "qwen2_5_vl" else None)
+    use_released_positions(model)  # as the trainer does
+    prompts = demo_prompts(family, processor)
+    inputs = trainer_inputs(processor, prompts)
     sc = SamplingConfig(n=n, temperature=temperature, max_new_tokens=max_new_tokens, seed=0)
     t = time.perf_counter()
     eng = VLLMEngine(folder) if engine == "colocated" else VLLMServer(folder, Path(workdir) / "server", port=port)
@@ -558,24 +600,25 @@ def parity_report(family: str, workdir, engine: str = "colocated", # "colocated"
         r["prompt_tokens_equal"] = check_prompt_ids(eng, processor, prompts)
         def score(stage, groups):
             for k, kind in enumerate(("video", "image")):
-                r[f"{stage}_{kind}"] = vars(logprob_parity(model, processor, prompts[k:k + 1], groups[k:k + 1], temperature, pos))
-                if pos: r[f"{stage}_{kind}_transformers_positions"] = vars(logprob_parity(model, processor, prompts[k:k + 1], groups[k:k + 1], temperature))
+                parity = lambda: vars(logprob_parity(model, inputs[k:k + 1], groups[k:k + 1], temperature))
+                r[f"{stage}_{kind}"] = parity()
+                if family != "qwen2_5_vl": continue
+                with _transformers_positions(model): r[f"{stage}_{kind}_transformers_positions"] = parity()
         t = time.perf_counter(); groups = eng.generate(prompts, sc); r["generate_s"] = round(time.perf_counter() - t, 2)
         r["tokens"], r["example"] = sum(len(c.token_ids) for g in groups for c in g), groups[0][0].text[:40]
         score("before_push", groups)
-        mean_logp = lambda: float(torch.cat([x for p, g in zip(prompts, groups)
-                                             for x in trainer_logprobs(model, processor, p, g, temperature)]).mean())
+        mean_logp = lambda: float(_trainer_and_engine_logp(model, inputs, groups, temperature)[0].mean())
         with torch.no_grad(): before = mean_logp()
-        train_steps(model, processor, prompts, groups, steps=2, lr=0.3, temperature=temperature)
+        train_steps(model, inputs, groups, steps=2, lr=0.3, temperature=temperature)
         with torch.no_grad(): r["trained_mean_logp"] = [round(before, 3), round(mean_logp(), 3)]  # the steps moved the policy
         t = time.perf_counter(); eng.push_weights(model); r["push_s"] = round(time.perf_counter() - t, 2)
         score("after_push", eng.generate(prompts, sc))
-        vid = processor.video_token_id
+        vid, kw = processor.video_token_id, collate(inputs[:1], 0).model_kwargs()
         with torch.no_grad():  # make the model prefer <|video_pad|> right after the prompt
-            o = model(**processor_inputs(processor, prompts[0]), output_hidden_states=True)
+            o = model(**kw, output_hidden_states=True)
             h = o.hidden_states[-1][0, -1]  # (D,)
             model.lm_head.weight[vid] = h * (o.logits[0, -1].abs().max() + 10) / h.square().sum()
-            r["unbanned_argmax_is_video_pad"] = int(model(**processor_inputs(processor, prompts[0])).logits[0, -1].argmax()) == vid
+            r["unbanned_argmax_is_video_pad"] = int(model(**kw).logits[0, -1].argmax()) == vid
         eng.push_weights(model)
         out = eng.generate(prompts[:1], SamplingConfig(n=2, temperature=1.0, max_new_tokens=4))
         r["banned_sampled"] = len(set(banned_token_ids()) & {t for c in out[0] for t in c.token_ids})

@@ -16,7 +16,8 @@ import yaml
 from tqdm.auto import tqdm
 
 from .cache import FrameCache
-from .data import collate, call_vlm, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
+from .evaluate import score_extras, score_row
+from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
 from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
                               reference_model, save_adapter, save_merged)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
@@ -37,15 +38,15 @@ from .video import ImageContract, VideoContract
 __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config_help', 'load_config', 'rollout_is_mode',
            'check_config', 'checkpoint_dirs', 'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights',
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
-           'score_extras', 'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine',
-           'global_n_total', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
-           'rollout_mismatch', 'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn',
-           'sft_update', 'option_letters', 'option_swaps', 'option_targets', 'format_only', 'logits_and_head_input',
-           'prior_logits', 'smoothed_logp', 'greedy_texts', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves',
-           'table_md', 'show_table', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages',
-           'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy',
-           'reset_momentum', 'start_grpo', 'load_reference', 'collapse_signs', 'keep_best', 'train', 'TrainerCode',
-           'trainer_code', 'write_param_digest', 'parse_args', 'main']
+           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total',
+           'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch',
+           'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
+           'option_letters', 'option_swaps', 'option_targets', 'format_only', 'logits_and_head_input', 'prior_logits',
+           'smoothed_logp', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table',
+           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
+           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
+           'load_reference', 'collapse_signs', 'keep_best', 'train', 'TrainerCode', 'trainer_code',
+           'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -362,10 +363,6 @@ def offline_groups(samples, tokenizer, max_new_tokens: int) -> list[list[Traject
     "Phase 4 inputs: each sample's offline trajectories, tokenised with end-of-turn, cut to the budget, with stored behaviour log-probs (`07_replay`)."
     return [offline_trajectories(r, tokenizer, max_new_tokens, sample_id=r["problem_id"]) for r in replay_rows(samples)]
 
-def score_extras(s) -> dict:
-    "What a scorer may need besides the answer: options, ids, and a code row's `tests`."
-    return dict(options=s.options, problem_id=s.id, data_type=s.data_type, **({"tests": s.extra["tests"]} if s.extra.get("tests") else {}))
-
 def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[list[dict]], Any]:
     "Phase 5: route every completion of every group to its problem type's scorer (`04_rewards`); rewards set in place."
     flat = [(s, t) for s, g in zip(samples, groups) for t in g]
@@ -658,30 +655,22 @@ def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: lis
     return call_vlm(model, _smoothed_logp, mb, alt_ids, alt_w, prior, temperature)  # FSDP2: inside the root's forward
 
 # %% ../nbs/10_train.ipynb #84c24f72
-@torch.no_grad()
-def greedy_texts(model, processor, prompts, max_new_tokens: int, batch_size: int = 16) -> list[str]:
-    "Greedy completions of many prompts, batched (left padded); with one completion per prompt there is no prefix to share."
-    tok, out = processor.tokenizer, []
-    gen = lambda m, kw: m.generate(**kw, max_new_tokens=max_new_tokens, do_sample=False, repetition_penalty=1.0)  # not a model folder's 1.05
-    with gathered(model):  # FSDP2: every unit gathered once (every rank enters, even with no prompt); ranks stop at different lengths
-        for s in range(0, len(prompts), batch_size):
-            b = collate(prompts[s:s + batch_size], tok.pad_token_id, pad_side="left").to(unwrap_vlm(model).device)
-            ids = call_vlm(model, gen, b.model_kwargs())[:, b.input_ids.shape[1]:]
-            out += tok.batch_decode(ids, skip_special_tokens=True)
-    return out
-
 def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48,
                    strict_format: bool = False) -> list[dict]:
     "Greedy accuracy and format per problem type and source on held-out samples (this rank's share; gather outside)."
     n = len(samples) - len(samples) % world_size
     mine = list(range(n))[rank::world_size]
     was_training = model.training; model.eval()
-    texts = greedy_texts(model, processor, [prompts[i] for i in mine], max_new_tokens)
+    greedy = SamplingConfig(n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=None)  # RNG untouched
+    groups = HFEngine(model, processor).generate([prompts[i] for i in mine], greedy)
     model.train(was_training)
-    groups = [[Trajectory([], t)] for t in texts]
-    scores, _ = score_groups([samples[i] for i in mine], groups, strict_format)
-    return [dict(problem_type=samples[i].problem_type, source=samples[i].data_source, accuracy=s[0]["accuracy"],
-                 format=s[0]["format"], text=g[0].text) for i, s, g in zip(mine, scores, groups)]
+    rows = [dict(problem_type=samples[i].problem_type, source=samples[i].data_source,
+                 **score_row(samples[i], g[0].text, strict_format=strict_format, lenient=False))  # RL's rule
+            for i, g in zip(mine, groups)]
+    if bad := [r for r in rows if r["error"]]:
+        tqdm.write(f"warning: held-out evaluation: {len(bad)} responses could not be scored "
+                   f"(first: {bad[0]['error'][:300]})")
+    return rows
 
 def per_type(rows: list[dict]) -> dict[str, dict]:
     "Mean accuracy and format per problem type, per source within a type that has several (`'type · source'`), and 'all'."
@@ -769,7 +758,8 @@ def draw_groups(engine, batch, prompts, rprompts, offline, sampling, cfg: TrainC
                         cfg.offline_per_group, cfg.offline_threshold if cfg.offline_threshold >= 0 else None)
     t0 = time.time()
     seed = step_seed(cfg.seed, step, rank, 2 + 10 * draw) % 2**31  # draw 0 keeps the seed of a run without extra draws
-    comps = rollout_groups(engine, rprompts, [p.n_online for p in plans], dataclasses.replace(sampling, seed=seed))  # phase 3
+    engine_prompts = prompts if isinstance(engine, HFEngine) else rprompts  # HF: from the model inputs themselves
+    comps = rollout_groups(engine, engine_prompts, [p.n_online for p in plans], dataclasses.replace(sampling, seed=seed))  # phase 3
     online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g] for g in comps]
     timings["rollout"] = timings.get("rollout", 0.0) + time.time() - t0; t0 = time.time()
     online_scores, _ = score_groups(batch, online, cfg.strict_format)                   # phase 5, online members

@@ -188,15 +188,21 @@ def _():
 # --- 5. generation under FSDP2: ranks generate different lengths inside `gathered` (no collective per step)
 @case("generate")
 def _():
-    from easyvideor1.rollout import HFEngine, SamplingConfig, demo_prompts
+    from easyvideor1.rollout import HFEngine, SamplingConfig, demo_prompts, trainer_inputs
     fam = "qwen2_5_vl"
     proc = qwen_processor(fam)
-    root = shard_fsdp2(qwen_vlm(fam, "tiny", seed=0))
+    root, plain = shard_fsdp2(qwen_vlm(fam, "tiny", seed=0)), qwen_vlm(fam, "tiny", seed=0)
     sc = SamplingConfig(n=2, temperature=1.0, max_new_tokens=3 + 5 * RANK, seed=RANK)  # rank 1 decodes more steps
-    prompts = demo_prompts(fam, proc)[RANK:RANK + 1]
+    inputs = trainer_inputs(proc, demo_prompts(fam, proc))
+    prompts = inputs[RANK:RANK + 1]
     got = HFEngine(root, proc).generate(prompts, sc)
-    ref = HFEngine(qwen_vlm(fam, "tiny", seed=0), proc).generate(prompts, sc)
-    return dict(equal=[c.token_ids for c in got[0]] == [c.token_ids for c in ref[0]], lengths=[len(c.token_ids) for c in got[0]])
+    ref = HFEngine(plain, proc).generate(prompts, sc)
+    # evaluation's greedy batches: as many per rank (`generate` steps the ranks together under FSDP2), other prompts
+    greedy, mine = SamplingConfig(n=1, temperature=0, max_new_tokens=4 + 4 * RANK), inputs[::1 - 2 * RANK]
+    got1, ref1 = (HFEngine(m, proc, batch_size=1).generate(mine, greedy) for m in (root, plain))
+    return dict(equal=[c.token_ids for c in got[0]] == [c.token_ids for c in ref[0]],
+                lengths=[len(c.token_ids) for c in got[0]],
+                greedy_equal=[g[0].token_ids for g in got1] == [g[0].token_ids for g in ref1], greedy_n=len(got1))
 
 
 gathered_results = [None] * WORLD

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from easyvideor1.evaluate import AnnotationError, load_annotations, oracle_response, score_response
+from easyvideor1.evaluate import AnnotationError, load_annotations, oracle_response, score_response, to_sample
 from easyvideor1.rewards import RewardWarning, ScorerError, UnknownProblemType, compute_score, compute_scores
 
 DEFECTS = Path(__file__).parent / "fixtures" / "benchmarks_defects"
@@ -54,8 +54,8 @@ def test_loader_fuzz_gives_named_errors_or_explained_rows(stem, tmp_path):
         assert len({it.item_id for it in items}) == len(items)
         for s in rep.skipped: assert re.fullmatch(rf"{re.escape(path.name)}:\d+", s["where"]) and s["reason"], s
         for it in items:  # what loads is usable: it scores its own ground truth 100%, and a junk response without raising
-            assert score_response(it, oracle_response(it))["accuracy"] == 1.0, (trial, it)
-            assert 0.0 <= score_response(it, _response(rng))["accuracy"] <= 1.0
+            assert score_response(to_sample(it), oracle_response(it))["accuracy"] == 1.0, (trial, it)
+            assert 0.0 <= score_response(to_sample(it), _response(rng))["accuracy"] <= 1.0
     assert outcomes["error"] and outcomes["loaded"], outcomes  # both paths were exercised
 
 

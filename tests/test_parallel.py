@@ -77,6 +77,8 @@ def test_generation_of_different_lengths_does_not_hang(ranks):
     res = result(ranks, "generate")
     assert [r["generate"]["lengths"] for r in res] == [[3, 3], [8, 8]]
     assert all(r["generate"]["equal"] for r in res)
+    assert [r["generate"]["greedy_n"] for r in res] == [2, 2]  # greedy batches (evaluation)
+    assert all(r["generate"]["greedy_equal"] for r in res)
 
 
 def _mbs(sizes, chunk=2):

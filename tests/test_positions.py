@@ -10,8 +10,7 @@ import torch
 from easyvideor1.data import Media, Sample, prompt_inputs
 from easyvideor1.models import qwen_processor, qwen_vlm
 from easyvideor1.prefix import group_logprobs, prompt_positions
-from easyvideor1.rollout import (HFEngine, SamplingConfig, logprob_parity, original_mrope_positions, rollout_prompt,
-                                 use_released_positions)
+from easyvideor1.rollout import HFEngine, SamplingConfig, logprob_parity, use_released_positions
 from easyvideor1.synthetic import direction_clip
 from easyvideor1.video import VideoMetadata
 
@@ -24,8 +23,7 @@ def long_clip(fam, n_frames=32):
     ex = direction_clip(np.random.default_rng(0), size=side, n_frames=n_frames, square=12, speed=(0, 0))
     meta = VideoMetadata(ex.fps, list(range(n_frames)), n_frames, n_frames / ex.fps, side, side, "synthetic")
     s = Sample("v", ex.problem, "multiple choice", ex.answer, "video", videos=["x.mp4"], options=ex.options)
-    media = Media(videos=[ex.frames], video_meta=[meta])
-    return proc, prompt_inputs(proc, s, media), rollout_prompt(proc, s, media)
+    return proc, prompt_inputs(proc, s, Media(videos=[ex.frames], video_meta=[meta]))
 
 
 def text_after_vision_at_max_plus_one(pos, types) -> bool:
@@ -40,7 +38,7 @@ def text_after_vision_at_max_plus_one(pos, types) -> bool:
 
 
 def test_qwen2_5_rule_in_the_trainer_passes():
-    proc, p, _ = long_clip("qwen2_5_vl")
+    proc, p = long_clip("qwen2_5_vl")
     m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
     P = p.prompt_len
     pos_hf, _ = prompt_positions(m, p)
@@ -58,19 +56,20 @@ def test_qwen2_5_rule_in_the_trainer_passes():
 
 
 def test_hf_engine_samples_at_the_released_positions():
-    "HFEngine's log-probs equal a forward at `original_mrope_positions` (the ids vLLM uses) on a long clip, shared and naive."
-    proc, _, rp = long_clip("qwen2_5_vl")
+    "HFEngine's log-probs equal the trainer's pass on a long clip, shared and naive; that pass is at the released rule."
+    proc, p = long_clip("qwen2_5_vl")
     m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
     sc = SamplingConfig(n=2, temperature=1.0, max_new_tokens=6, seed=0)
     for shared in (True, False):
-        groups = HFEngine(m, proc, shared_prefix=shared).generate([rp], sc)
-        par = logprob_parity(m, proc, [rp], groups, 1.0, position_ids=original_mrope_positions)
+        groups = HFEngine(m, proc, shared_prefix=shared).generate([p], sc)
+        par = logprob_parity(m, [p], groups, 1.0)
         assert par.max_abs < 1e-4, (shared, par)
+    assert text_after_vision_at_max_plus_one(prompt_positions(m, p)[0][:, 0], p.mm_token_type_ids[:p.prompt_len])
 
 
 def test_qwen3_vl_rules_agree():
     "Qwen3-VL (time as text timestamps, one frame per vision run): transformers' ids already follow max id + 1; nothing to patch."
-    proc, p, _ = long_clip("qwen3_vl", n_frames=8)
+    proc, p = long_clip("qwen3_vl", n_frames=8)
     m = qwen_vlm("qwen3_vl", "tiny", seed=0)
     pos, _ = prompt_positions(m, p)
     types = p.mm_token_type_ids[:p.prompt_len]
@@ -79,11 +78,12 @@ def test_qwen3_vl_rules_agree():
     assert not use_released_positions(m)
 
 
-def test_the_evaluators_hf_engine_uses_the_released_rule():
-    "evaluate.HFEvalEngine switches a Qwen2.5-VL model to the released rule, as the trainer and the rollout engine do."
-    from easyvideor1.evaluate import HFEvalEngine
+def test_the_evaluators_hf_engine_uses_the_released_rule(tmp_path):
+    "The evaluator's HF engine (the rollout `HFEngine`, from a model folder) runs a Qwen2.5-VL model at the released rule."
+    from easyvideor1.evaluate import load_hf_engine
+    from easyvideor1.models import save_vlm
     from easyvideor1.rollout import released_rope_index
     m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
     assert getattr(m.model.get_rope_index, "__func__", None) is not released_rope_index
-    HFEvalEngine(m, qwen_processor("qwen2_5_vl"))
-    assert m.model.get_rope_index.__func__ is released_rope_index
+    engine = load_hf_engine(save_vlm(tmp_path / "tiny", model=m, processor=qwen_processor("qwen2_5_vl")))
+    assert engine.vlm.model.get_rope_index.__func__ is released_rope_index and not engine.vlm.training

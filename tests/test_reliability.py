@@ -7,8 +7,9 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from easyvideor1.evaluate import (EvalItem, Media, OracleEngine, PipelineError, ResultsFile, drop_failed, evaluate_file,
-                                  main as evaluate_main, read_results, read_records, AnnotationError, run_pipeline)
+from easyvideor1.data import Media
+from easyvideor1.evaluate import (EvalItem, OracleEngine, PipelineError, ResultsFile, drop_failed, evaluate_file,
+                                  main as evaluate_main, read_results, read_records, AnnotationError, run_pipeline, to_sample)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -42,8 +43,8 @@ def test_unbuildable_prompt_fails_alone(tmp_path, bad, engine):
     items = [_item(0), _item(1, **bad), _item(2), _item(3)]
     eng = OracleEngine()
     if engine == "async":
-        class Async:
-            async def agenerate(self, req): return OracleEngine().generate([req])[0]
+        class Async(OracleEngine):  # the engines' `generate` as a coroutine, as vLLM's AsyncLLM engine has it
+            async def agenerate(self, prompts, sampling): return self.generate(prompts, sampling)
         eng = Async()
     with ResultsFile(tmp_path / "r.jsonl", {}) as rf:
         rows = in_thread(lambda: run_pipeline(items, eng, rf, _no_media, batch_size=4, progress=False))
@@ -53,16 +54,16 @@ def test_unbuildable_prompt_fails_alone(tmp_path, bad, engine):
 
 
 def test_engine_thread_crash_is_reported_not_hung(tmp_path):
-    class Boom:
-        def generate(self, reqs): raise SystemExit("engine died")  # not an Exception: escapes the per-item handler
+    class Boom(OracleEngine):
+        def generate(self, prompts, sampling): raise SystemExit("engine died")  # escapes the per-item handler
     with ResultsFile(tmp_path / "r.jsonl", {}) as rf:
         with pytest.raises(PipelineError, match="eval-engine raised SystemExit"):
             in_thread(lambda: run_pipeline([_item(0), _item(1)], Boom(), rf, _no_media, progress=False))
 
 
 def test_stuck_engine_hits_the_stall_deadline(tmp_path):
-    class Stuck:
-        def generate(self, reqs): time.sleep(3600)
+    class Stuck(OracleEngine):
+        def generate(self, prompts, sampling): time.sleep(3600)
     with ResultsFile(tmp_path / "r.jsonl", {}) as rf:
         with pytest.raises(PipelineError, match="no item finished for 1.0 s"):
             in_thread(lambda: run_pipeline([_item(0)], Stuck(), rf, _no_media, stall_timeout=1.0, progress=False))
@@ -238,7 +239,8 @@ def test_code_scorer_takes_the_rows_tests():
     assert compute_score(right, gt, "code", tests='["assert f(2) == 4"]')["accuracy"] == 1.0
     from easyvideor1.evaluate import score_response
     it = EvalItem("Synthetic", "c0", "code", "Write f.", gt, tests=["assert f(2) == 4"])
-    assert score_response(it, wrong)["accuracy"] == 0.0 and score_response(it, right)["accuracy"] == 1.0
+    s = to_sample(it)
+    assert score_response(s, wrong)["accuracy"] == 0.0 and score_response(s, right)["accuracy"] == 1.0
 
 
 # 4. preprocess: a huge or corrupt image is a recorded failure, never the end of the run

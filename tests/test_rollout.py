@@ -6,27 +6,30 @@ import pytest, torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from easyvideor1.models import qwen_vlm, qwen_processor
-from easyvideor1.rollout import HFEngine, RolloutPrompt, SamplingConfig, demo_prompts, logprob_parity
+from easyvideor1.data import collate
+from easyvideor1.rollout import HFEngine, RolloutPrompt, SamplingConfig, demo_prompts, logprob_parity, trainer_inputs
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
 def test_shared_prefix_equals_naive_mixed_batch(family):
     model, proc = qwen_vlm(family, "tiny", seed=1), qwen_processor(family)
     text_only = proc.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "Say hi."}]}],
                                          add_generation_prompt=True, tokenize=False)
-    prompts = demo_prompts(family, proc, seed=1) + [RolloutPrompt(text_only)]
+    prompts = trainer_inputs(proc, demo_prompts(family, proc, seed=1) + [RolloutPrompt(text_only)])
     sc = SamplingConfig(n=2, temperature=0, max_new_tokens=24)
     naive = HFEngine(model, proc, shared_prefix=False).generate(prompts, sc)
     shared = HFEngine(model, proc).generate(prompts, sc)
     assert [[c.token_ids for c in g] for g in shared] == [[c.token_ids for c in g] for g in naive]
     assert all(len(g) == 2 and all(c.finish_reason in ("stop", "length") for c in g) for g in shared)
-    par = logprob_parity(model, proc, prompts, shared, temperature=0)
+    par = logprob_parity(model, prompts, shared, temperature=0)
     assert par.max_abs < 1e-4, par
+    one = HFEngine(model, proc, batch_size=2).generate(prompts, SamplingConfig(n=1, temperature=0, max_new_tokens=24))
+    assert [g[0].token_ids for g in one] == [g[0].token_ids for g in shared]
 
 def test_sampled_logprobs_match_trainer_at_temperature():
     model, proc = qwen_vlm("qwen3_vl", "tiny", seed=2), qwen_processor("qwen3_vl")
-    prompts = demo_prompts("qwen3_vl", proc, seed=2)
+    prompts = trainer_inputs(proc, demo_prompts("qwen3_vl", proc, seed=2))
     groups = HFEngine(model, proc).generate(prompts, SamplingConfig(n=3, temperature=1.3, top_p=0.9, max_new_tokens=12, seed=5))
-    par = logprob_parity(model, proc, prompts, groups, temperature=1.3)
+    par = logprob_parity(model, prompts, groups, temperature=1.3)
     assert par.n_tokens == 2 * 3 * 12 and par.max_abs < 1e-4, par
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here: tests/test_vllm.py runs for real")
@@ -41,17 +44,19 @@ def test_vllm_tests_skip_with_reason():
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
 def test_hf_engine_never_samples_a_vision_token(family):
     "A model biased to emit <|video_pad|> (its argmax after the prompt) still gets no vision token from the HF engine."
-    from easyvideor1.rollout import banned_token_ids, processor_inputs
+    from easyvideor1.rollout import banned_token_ids
     model, proc = qwen_vlm(family, "tiny", seed=3), qwen_processor(family)
-    prompt = demo_prompts(family, proc, seed=3)[1]  # the image prompt (small)
+    prompt = trainer_inputs(proc, demo_prompts(family, proc, seed=3)[1:])[0]  # the image prompt (small)
+    kw = collate([prompt], 0).model_kwargs()
     banned = banned_token_ids()
     with torch.no_grad():  # every banned row of lm_head points along the last hidden state: each beats every other token
-        o = model(**processor_inputs(proc, prompt), output_hidden_states=True)
+        o = model(**kw, output_hidden_states=True)
         h = o.hidden_states[-1][0, -1]  # (D,)
         for k, t in enumerate(banned): model.lm_head.weight[t] = h * (o.logits[0, -1].abs().max() + 10 + k) / h.square().sum()
-        assert int(model(**processor_inputs(proc, prompt)).logits[0, -1].argmax()) == banned[-1]  # unbanned, greedy would sample it
+        assert int(model(**kw).logits[0, -1].argmax()) == banned[-1]  # unbanned, greedy would sample it
     for shared in (True, False):
-        for sc in (SamplingConfig(n=2, temperature=0, max_new_tokens=3), SamplingConfig(n=3, temperature=1.0, max_new_tokens=3)):
+        for sc in (SamplingConfig(n=2, temperature=0, max_new_tokens=3), SamplingConfig(n=3, temperature=1.0, max_new_tokens=3),
+                   SamplingConfig(n=1, temperature=0, max_new_tokens=3)):  # the last: greedy batches
             groups = HFEngine(model, proc, shared_prefix=shared).generate([prompt], sc)
             got = {t for c in groups[0] for t in c.token_ids}
             assert not got & set(banned), (shared, sc, got & set(banned))
@@ -65,13 +70,12 @@ def test_hf_engine_samples_the_full_softmax_whatever_the_models_generation_confi
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=4), qwen_processor("qwen2_5_vl")
     model.generation_config = GenerationConfig(bos_token_id=151643, pad_token_id=151643, do_sample=True, eos_token_id=[151645, 151643],
                                                repetition_penalty=1.05, temperature=0.1, top_p=0.001, top_k=1)
-    prompts = demo_prompts("qwen2_5_vl", proc, seed=4)[1:]  # the image prompt
+    prompts = trainer_inputs(proc, demo_prompts("qwen2_5_vl", proc, seed=4)[1:])  # the image prompt
     groups = HFEngine(model, proc, shared_prefix=shared).generate(prompts, SamplingConfig(n=4, temperature=1.0, max_new_tokens=6, seed=0))
     assert len({tuple(c.token_ids) for c in groups[0]}) == 4
-    par = logprob_parity(model, proc, prompts, groups, temperature=1.0)
+    par = logprob_parity(model, prompts, groups, temperature=1.0)
     assert par.max_abs < 1e-4, par
-    from easyvideor1.rollout import processor_inputs
-    with torch.no_grad(): z = model(**processor_inputs(proc, prompts[0])).logits[0, -1]  # the first token's logits
+    with torch.no_grad(): z = model(**collate(prompts, 0).model_kwargs()).logits[0, -1]  # the first token's logits
     top50 = set(z.topk(50).indices.tolist())
     assert any(c.token_ids[0] not in top50 for c in groups[0]), "first tokens all inside the top 50: is top_k=50 back?"
 

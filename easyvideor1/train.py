@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .cache import FrameCache
 from .evaluate import score_extras, score_row
-from .data import collate, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
+from .data import call_vlm, collate, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
 from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
                               reference_model, save_adapter, save_merged)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,

@@ -514,14 +514,17 @@ def answer_end(traj: Trajectory, tokenizer, mask: list[int] | None = None) -> in
     m = answer_span_mask(traj, tokenizer) if mask is None else mask
     return max(i for i, v in enumerate(m) if v) + 1
 
-def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False) -> list[MicroBatch]:
+def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False,
+                      cut: list[bool] | None = None,  # per trajectory: cut after its answer (the whole prefix still trains)
+                      ) -> list[MicroBatch]:
     """Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1; answer-only: each
     trajectory cut after its answer (the same loss and gradient, fewer positions through the 151,936-way output layer)."""
-    out = []
+    out, tok = [], processor.tokenizer
+    cut = [answer_only or c for c in (cut or [False] * len(trajs))]
     for s in range(0, len(prompts), micro_batch_size):
         ts = trajs[s:s + micro_batch_size]
-        spans = [answer_span_mask(t, processor.tokenizer) for t in ts] if answer_only else [None] * len(ts)
-        ids = [t.ids[:answer_end(t, processor.tokenizer, m)] if answer_only else t.ids for t, m in zip(ts, spans)]
+        spans = [answer_span_mask(t, tok) if c else None for t, c in zip(ts, cut[s:s + micro_batch_size])]
+        ids = [t.ids[:answer_end(t, tok, m)] if m is not None else t.ids for t, m in zip(ts, spans)]
         seqs = [with_completion(p, i, processor) for p, i in zip(prompts[s:s + micro_batch_size], ids)]
         b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left").to(seqs[0].input_ids.device)
         T = int(b.completion_mask.sum(1).max())
@@ -547,10 +550,10 @@ def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: in
                **step_kw) -> dict:
     "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
-    mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only)
-    soft = smoothing > 0 or any(uniform or [])
-    lengths = [answer_end(t, processor.tokenizer) if answer_only else len(t.ids) for t in trajs] if soft else []
     uni = uniform or [False] * len(trajs)
+    mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only, cut=uni)  # a prior's row ends at its letter
+    soft = smoothing > 0 or any(uni)
+    lengths = [answer_end(t, processor.tokenizer) if answer_only or u else len(t.ids) for t, u in zip(trajs, uni)] if soft else []
     alts = {id(mb): option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size], processor.tokenizer,
                                    mb.mask.shape[1], smoothing, lengths[i:i + micro_batch_size], uni[i:i + micro_batch_size])
             for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if soft else {}

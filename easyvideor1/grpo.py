@@ -16,7 +16,8 @@ __all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KIN
            'token_logprobs', 'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'group_has_signal',
            'fill_groups', 'overlong_penalty', 'TokenLoss', 'policy_token_loss', 'aggregate', 'token_stats',
            'check_loss_config', 'policy_loss', 'kl_penalty', 'tis_weights', 'mis_weights', 'rollout_is_weights',
-           'MicroBatch', 'loss_denominator', 'grpo_step', 'TinyPolicy', 'sample_tokens', 'mc_reward', 'train_bandit']
+           'MicroBatch', 'loss_denominator', 'global_n_total', 'grpo_step', 'TinyPolicy', 'sample_tokens', 'mc_reward',
+           'train_bandit']
 
 # %% ../nbs/06_grpo.ipynb #3586706c
 CHUNK_ELEMS = 2**24  # float32 values (64 MiB) upcast at a time in token_logprobs / entropy_from_logits
@@ -411,6 +412,11 @@ def loss_denominator(micro_batches: Sequence[MicroBatch], agg: str = "token_mean
     "What `aggregate` divides by for this mini-batch: its completion tokens (token_mean) or its non-empty sequences (other modes)."
     if agg == "token_mean": return sum(float(mb.mask.sum()) for mb in micro_batches)
     return float(sum(int((mb.mask.sum(-1) > 0).sum()) for mb in micro_batches))
+
+# %% ../nbs/06_grpo.ipynb #8d97bd25
+def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
+    "The loss denominator each rank passes to `grpo_step`: the global count / world size (`count_mean` averages over ranks)."
+    return None if count_mean is None else count_mean(loss_denominator(micro_batches, agg))
 
 # %% ../nbs/06_grpo.ipynb #ad919cd0
 def grpo_step(

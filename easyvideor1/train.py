@@ -17,20 +17,21 @@ from tqdm.auto import tqdm
 
 from .cache import FrameCache
 from .evaluate import score_extras, score_row
-from .data import call_vlm, collate, forward_vlm, load_media, prompt_inputs, read_samples, unwrap_vlm, with_completion
+from .data import load_media, prompt_inputs, unwrap_vlm
 from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
                               reference_model, save_adapter, save_merged)
-from .grpo import (MicroBatch, check_loss_config, fill_groups, group_advantages, group_has_signal, grpo_step,
-                              loss_denominator, overlong_penalty, token_logprobs)
-from .models import FAMILIES, model_family, model_spec, param_digest, qwen_processor, qwen_vlm, save_vlm
+from .grpo import (MicroBatch, check_loss_config, fill_groups, global_n_total, group_advantages, group_has_signal,
+                              grpo_step, overlong_penalty)
+from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm, save_vlm
 from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, load_sharded, max_over_ranks,
                                   pad_micro_batches, save_sharded, shard_fsdp2)
 from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
-from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offline_trajectory, offpolicy_loss_fn,
+from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
-from .rewards import answer_span, compute_scores
+from .rewards import compute_scores
 from .rollout import HFEngine, SamplingConfig, VLLMEngine, VLLMServer, rollout_prompt, use_released_positions
 from .synthetic import atomic_write_text, make_suite, read_jsonl
+from .warmstart import format_only, sft_update
 from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
 
@@ -38,15 +39,13 @@ from .video import ImageContract, VideoContract
 __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config_help', 'load_config', 'rollout_is_mode',
            'check_config', 'checkpoint_dirs', 'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights',
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
-           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'global_n_total',
-           'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch',
-           'grpo_update', 'answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn', 'sft_update',
-           'option_letters', 'option_swaps', 'option_targets', 'format_only', 'logits_and_head_input', 'prior_logits',
-           'smoothed_logp', 'evaluate_split', 'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table',
-           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
-           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'collapse_signs', 'keep_best', 'train', 'TrainerCode', 'trainer_code',
-           'write_param_digest', 'parse_args', 'main']
+           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'online_rollout_logp',
+           'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update', 'evaluate_split',
+           'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups', 'extra_prompts',
+           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
+           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
+           'collapse_signs', 'keep_best', 'train', 'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args',
+           'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -403,10 +402,6 @@ def sync_engine(engine, model):
     if hasattr(engine, "push_weights"): engine.push_weights(unwrap_vlm(model))  # transformers' names, not the root's
 
 # %% ../nbs/10_train.ipynb #59911e64
-def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
-    "The loss denominator each rank passes to `grpo_step`: the global count / world size (`count_mean` averages over ranks)."
-    return None if count_mean is None else count_mean(loss_denominator(micro_batches, agg))
-
 def online_rollout_logp(mb: MicroBatch) -> torch.Tensor | None:
     "The engine's log-probs of a micro-batch's online tokens, (b, T); nan on offline rows and padding (None without any)."
     blp = mb.behaviour_logp  # (b, T) engine log-probs for online rows; nan / stored values for offline rows
@@ -496,166 +491,6 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
     stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
     stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0)))
     return stats
-
-# %% ../nbs/10_train.ipynb #d50aad89
-def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
-    "1 on the trajectory's tokens that overlap the content of its last `<answer>...</answer>` (what the reward reads)."
-    text, span = traj.text, answer_span(traj.text)  # the span the reward router reads (`04_rewards`)
-    if span is None: raise ValueError(f"answer-only warm start: the offline trajectory has no <answer>...</answer>: {text[-200:]!r}")
-    a, b = span
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    n = len(enc["input_ids"])
-    if list(traj.ids[:n]) != list(enc["input_ids"]):
-        raise ValueError(f"answer-only warm start: the trajectory's ids do not encode its text {text[:200]!r}")
-    return [int(s < b and e > a) for s, e in enc["offset_mapping"]] + [0] * (len(traj.ids) - n)
-
-def answer_end(traj: Trajectory, tokenizer, mask: list[int] | None = None) -> int:
-    "Tokens of the trajectory up to the end of its answer: the tokens after it neither train nor condition the answer (causal)."
-    m = answer_span_mask(traj, tokenizer) if mask is None else mask
-    return max(i for i, v in enumerate(m) if v) + 1
-
-def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False,
-                      cut: list[bool] | None = None,  # per trajectory: cut after its answer (the whole prefix still trains)
-                      ) -> list[MicroBatch]:
-    """Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1; answer-only: each
-    trajectory cut after its answer (the same loss and gradient, fewer positions through the 151,936-way output layer)."""
-    out, tok = [], processor.tokenizer
-    cut = [answer_only or c for c in (cut or [False] * len(trajs))]
-    for s in range(0, len(prompts), micro_batch_size):
-        ts = trajs[s:s + micro_batch_size]
-        spans = [answer_span_mask(t, tok) if c else None for t, c in zip(ts, cut[s:s + micro_batch_size])]
-        ids = [t.ids[:answer_end(t, tok, m)] if m is not None else t.ids for t, m in zip(ts, spans)]
-        seqs = [with_completion(p, i, processor) for p, i in zip(prompts[s:s + micro_batch_size], ids)]
-        b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left").to(seqs[0].input_ids.device)
-        T = int(b.completion_mask.sum(1).max())
-        mask = b.completion_mask[:, -T:].float()  # (B, T): left padding puts every completion at the right end
-        if answer_only:
-            span = torch.zeros_like(mask)
-            for i, (row, m) in enumerate(zip(ids, spans)): span[i, T - len(row):] = torch.tensor(m[:len(row)], dtype=mask.dtype)
-            mask = mask * span
-        out.append(MicroBatch(b, mask, torch.ones(len(seqs), device=b.input_ids.device)))
-    return out
-
-def batch_logp_fn(model, temperature: float = 1.0):
-    "`logp_fn` over a left-padded `Batch`: log-probs of its last T tokens, logits only where needed."
-    def logp_fn(mb: MicroBatch):
-        T = mb.mask.shape[1]
-        logits = forward_vlm(model, mb.inputs, logits_to_keep=T + 1).logits[:, :-1]  # (B, T, V)
-        return token_logprobs(logits, mb.inputs.input_ids[:, -T:], temperature)  # (B, T)
-    return logp_fn
-
-def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None, agg: str = "token_mean",
-               answer_only: bool = False, rank_max=None, samples=None, smoothing: float = 0.0,
-               uniform: list[bool] | None = None,  # per trajectory: its letter's target is uniform over the options (`format_only`)
-               **step_kw) -> dict:
-    "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
-    logp_fn, nll = batch_logp_fn(model), []
-    uni = uniform or [False] * len(trajs)
-    mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only, cut=uni)  # a prior's row ends at its letter
-    soft = smoothing > 0 or any(uni)
-    lengths = [answer_end(t, processor.tokenizer) if answer_only or u else len(t.ids) for t, u in zip(trajs, uni)] if soft else []
-    alts = {id(mb): option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size], processor.tokenizer,
-                                   mb.mask.shape[1], smoothing, lengths[i:i + micro_batch_size], uni[i:i + micro_batch_size])
-            for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if soft else {}
-    n_total, n_real = global_n_total(mbs, agg, count_mean), len(mbs)  # the denominator before padding
-    if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))  # FSDP2: as many forwards as the busiest rank
-    def recording(mb):
-        if id(mb) in alts: lp, lp_alt = smoothed_logp(model, mb, *alts[id(mb)])  # (B, T) each
-        else: lp = lp_alt = logp_fn(mb)
-        if len(nll) < n_real: nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())  # padding (mask 0) not counted
-        return lp_alt
-    stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=n_total, **step_kw)
-    return dict(stats, nll=float(np.mean(nll)))
-
-# %% ../nbs/10_train.ipynb #476ded76
-def option_letters(options: list[str]) -> list[str]:
-    "The letters of multiple-choice options written 'A. red', '(B) green', 'C) blue'."
-    return [m[1] for o in options if (m := re.match(r"\s*\(?([A-Z])[.)]", o))]
-
-def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[int, int]]:
-    "(position, token id) where the trajectory would first differ with each other multiple-choice letter as its answer."
-    span = answer_span(traj.text)
-    letters = option_letters(options)
-    if span is None or traj.text[span[0]:span[1]].strip() not in letters: return []
-    a, b = span
-    n = len(tokenizer(traj.text, add_special_tokens=False)["input_ids"])
-    out = []
-    for l in letters:
-        if l == traj.text[a:b].strip(): continue
-        ids = tokenizer(traj.text[:a] + l + traj.text[b:], add_special_tokens=False)["input_ids"] + list(traj.ids[n:])
-        j = next((k for k, (x, y) in enumerate(zip(ids, traj.ids)) if x != y), None)  # the shared prefix ends here
-        if j is not None: out.append((j, ids[j]))
-    return out
-
-def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
-                   lengths: list[int] | None = None,  # tokens of each trajectory in the batch (None: all of them)
-                   uniform: list[bool] | None = None,  # rows whose letter target is uniform over the options: weight 1 per other letter
-                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1)
-    there; and the (B, T) positions of the uniform rows' letters (a prior: `smoothed_logp` trains only the output layer there)."""
-    swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
-    K = max((len(s) for s in swaps), default=0)
-    ids = [torch.zeros(len(trajs), T, dtype=torch.long) for _ in range(K)]
-    w = [torch.zeros(len(trajs), T) for _ in range(K)]
-    prior = torch.zeros(len(trajs), T, dtype=torch.bool)
-    for i, (t, sw) in enumerate(zip(trajs, swaps)):
-        uni = bool(uniform and uniform[i])
-        for k, (j, tok) in enumerate(sw):
-            pos = T - (len(t.ids) if lengths is None else lengths[i]) + j  # completions sit at the right end (left padding)
-            ids[k][i, pos], w[k][i, pos] = tok, 1.0 if uni else smoothing / (1 - smoothing) / len(sw)
-            prior[i, pos] = uni
-    return ids, w, prior
-
-def format_only(samples, sources: str) -> list:
-    """Multiple-choice samples of `sources` (data sources, comma-separated) that have no offline trajectory, as warm-start
-    samples that teach only the answer format: trajectory `<answer>` + their first letter + `</answer>`, trained with a
-    uniform target over their letters (`uniform=` of `sft_update`) through the output layer alone, so they say nothing
-    about which answer is right and leave the layers that read the clip as they were."""
-    names = {x.strip() for x in sources.split(",") if x.strip()}
-    return [dataclasses.replace(s, offline_output=f"<answer>{option_letters(s.options)[0]}</answer>") for s in samples
-            if s.data_source in names and not s.has_offline and len(option_letters(s.options)) > 1]
-
-def logits_and_head_input(vlm, batch, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    "Logits of a batch's last T + 1 positions, (B, T+1, V), and the hidden states the output layer read there, (B, T+1, H)."
-    seen = []
-    hook = vlm.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0]))
-    try: logits = forward_vlm(vlm, batch, logits_to_keep=T + 1).logits
-    finally: hook.remove()
-    return logits, seen[-1]
-
-def prior_logits(vlm, h: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-    """Logits (n, V) of detached hidden states h (n, H) whose gradient reaches only the output-layer rows of the `options`
-    token ids: a prior over the options moves neither the layers that read the input nor any other token's row."""
-    W = vlm.lm_head.weight  # (V, H); with tied embeddings also the input embeddings, hence only the options' rows
-    if getattr(vlm.lm_head, "bias", None) is not None: raise ValueError("prior_logits: an output layer with a bias")
-    h = h.detach()
-    logits = torch.nn.functional.linear(h, W.detach())  # (n, V) values, no gradient
-    logits[:, options] = torch.nn.functional.linear(h, W[options])  # (n, K) the options' rows, with gradient
-    return logits
-
-def _smoothed_logp(vlm, mb: MicroBatch, alt_ids, alt_w, prior, temperature: float):
-    T = mb.mask.shape[1]
-    ids = mb.inputs.input_ids[:, -T:]  # (B, T)
-    logits, h = (x[:, :-1] for x in logits_and_head_input(vlm, mb.inputs, T))  # (B, T, V), (B, T, H)
-    prior = torch.zeros_like(ids, dtype=torch.bool) if prior is None else prior.to(ids.device)  # (B, T)
-    r, c = prior.nonzero(as_tuple=True)
-    options = torch.cat([ids[r, c]] + [i.to(ids.device)[r, c] for i in alt_ids]).unique()  # the letters at the prior positions
-    head = prior_logits(vlm, h[r, c], options)[None] if len(r) else None  # (1, n, V)
-    def logp(x):  # (B, T) log-probs of the token ids x
-        lp = token_logprobs(logits, x, temperature)
-        if head is None: return lp
-        at = torch.zeros_like(lp)
-        at[r, c] = token_logprobs(head, x[r, c][None], temperature)[0]
-        return torch.where(prior, at, lp)
-    lp = logp(ids)
-    extra = sum((w.to(lp.device) * logp(i.to(lp.device)) for i, w in zip(alt_ids, alt_w)), torch.zeros_like(lp))
-    return lp, lp + extra  # at ratio 1 the surrogate's gradient is that of -(log p(y) + w log p(y')): cross-entropy with smoothing
-
-def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: list[torch.Tensor],
-                  prior: torch.Tensor | None = None,  # (B, T) positions whose log-probs train the output layer only (`option_targets`)
-                  temperature: float = 1.0):
-    "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters' positions), one forward."
-    return call_vlm(model, _smoothed_logp, mb, alt_ids, alt_w, prior, temperature)  # FSDP2: inside the root's forward
 
 # %% ../nbs/10_train.ipynb #84c24f72
 def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48,

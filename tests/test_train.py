@@ -232,8 +232,8 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool =
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import (TrainConfig, answer_end, contracts, load_prompts, offline_groups, option_targets, sft_update,
-                                   smoothed_logp, sft_micro_batches)
+    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups
+    from easyvideor1.warmstart import answer_end, option_targets, sft_update, smoothed_logp, sft_micro_batches
     torch.manual_seed(0)
     samples = [s for s in read_samples(suite / "suite" / "train.jsonl") if s.has_offline][:1] * 2  # one clip: nothing to discriminate
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
@@ -272,8 +272,8 @@ def test_format_only_letter_trains_the_output_layer_only(tiny_suite):
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import (TrainConfig, answer_end, contracts, format_only, load_prompts, offline_groups, option_targets,
-                                   smoothed_logp, sft_micro_batches)
+    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups
+    from easyvideor1.warmstart import answer_end, format_only, option_targets, smoothed_logp, sft_micro_batches
     samples = format_only(read_samples(tiny_suite / "suite" / "train.jsonl"), "synthetic/color")[:2]
     assert len(samples) == 2
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
@@ -301,7 +301,7 @@ def test_format_only_letter_trains_the_output_layer_only(tiny_suite):
 
 def test_format_only_picks_unanswered_multiple_choice_of_its_sources():
     from easyvideor1.data import Sample
-    from easyvideor1.train import format_only
+    from easyvideor1.warmstart import format_only
     mk = lambda i, src, opts=("A. red", "B. green"), out="": Sample(f"s{i}", "<video>Colour?", "multiple choice", "B", "video",
                                                                      options=list(opts), data_source=src, offline_output=out)
     rows = [mk(0, "synthetic/color"), mk(1, "synthetic/direction"), mk(2, "synthetic/color", out="<answer>B</answer>"),
@@ -330,7 +330,8 @@ def test_answer_only_batches_stop_at_the_answer(tiny_suite):
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import TrainConfig, answer_span_mask, batch_logp_fn, contracts, load_prompts, offline_groups, sft_micro_batches
+    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups
+    from easyvideor1.warmstart import answer_span_mask, batch_logp_fn, sft_micro_batches
     samples = [s for s in read_samples(tiny_suite / "suite" / "train.jsonl") if s.has_offline][:3]
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")
     prompts, _ = load_prompts(samples, proc, *contracts(TrainConfig(), "qwen2_5_vl"))

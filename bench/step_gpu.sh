@@ -3,7 +3,8 @@
 # a 128-frame 512x512 video prompt (16,384 visual tokens, ~17k-token prompt), G = 8, 128 sampled tokens,
 # 512-token completions in the log-prob pass and the update, micro-batches of 4, activation checkpointing
 # of the prompt (and of the naive sequences). Prints the table with peak GPU memory per phase and, last,
-# `step speedup: N.NNx`. About 3-4 minutes after the machine starts.
+# `step speedup: N.NNx`. About 3-4 minutes after the machine starts. With `--compare vision`: the same step with
+# the vision tower frozen, its features recomputed in every pass vs cached (`lora.use_vision_features`).
 #
 # The device has transformers 5.17 (no `mm_encoder_outputs`, the vision path `easyvideor1.data` uses), so the
 # wheels of this venv's transformers 5.24 and the versions it needs travel in `.whl/` (git-ignored; 19 MB):

@@ -266,6 +266,8 @@ class Media:
     videos: list[torch.Tensor] = field(default_factory=list)  # each (T, C, H, W) uint8
     video_meta: list = field(default_factory=list)            # one `VideoMetadata` per video
     images: list[torch.Tensor] = field(default_factory=list)  # each (C, H, W) uint8
+    video_keys: list[str] = field(default_factory=list)       # each video's frame-cache key (empty: decoded directly)
+    image_keys: list[str] = field(default_factory=list)       # each image's frame-cache key (empty: decoded directly)
 
 # %% ../nbs/05_data.ipynb #51a8f2d1
 WINDOW_FIELDS = (("video_start", "video_end"), ("start", "end"))  # the clip window as qwen-vl-utils writes it (canonical), and as MVBench does
@@ -305,13 +307,18 @@ def load_media(
     if sample.images and image_contract is None:
         raise ValueError(f"{sample.where or sample.id}: the sample has an image but no image contract "
                          "was given")
-    videos, metas, images = [], [], []
+    keyed = hasattr(cache, "key")  # a `FrameCache`: its entry keys name the media (for the vision feature cache)
+    media = Media()
     for p in sample.videos:
-        frames, meta = (cache or _Direct).get(p, video_contract, **clip_window(sample.extra, sample.where))
-        videos.append(frames); metas.append(meta)
+        window = clip_window(sample.extra, sample.where)
+        frames, meta = (cache or _Direct).get(p, video_contract, **window)
+        media.videos.append(frames)
+        media.video_meta.append(meta)
+        if keyed: media.video_keys.append(cache.key(p, video_contract, **window))
     for p in sample.images:
-        images.append((cache or _Direct).get(p, image_contract)[0])
-    return Media(videos=videos, video_meta=metas, images=images)
+        media.images.append((cache or _Direct).get(p, image_contract)[0])
+        if keyed: media.image_keys.append(cache.key(p, image_contract))
+    return media
 
 # %% ../nbs/05_data.ipynb #bf63ee2b
 @dataclass
@@ -326,6 +333,8 @@ class SampleInputs:
     pixel_values_videos: torch.Tensor | None = None      # (N_vid_patches, D)
     video_grid_thw: torch.Tensor | None = None           # (n_videos, 3)
     second_per_grid_ts: torch.Tensor | None = None       # (n_videos,) Qwen2.5-VL only
+    image_keys: tuple[str, ...] | None = None            # frame-cache key of each image (None: not from the cache)
+    video_keys: tuple[str, ...] | None = None            # frame-cache key of each video (None: not from the cache)
 
     @property
     def completion_mask(self) -> torch.Tensor:  # (L,) bool
@@ -376,6 +385,10 @@ def check_inputs(inputs: SampleInputs, processor):
 def _hf_meta(m):
     return m.to_hf() if hasattr(m, "to_hf") else m
 
+def _media_keys(keys: list[str], frames: list) -> tuple[str, ...] | None:
+    "The keys of some media when every one of them has a key (None otherwise, and for no media)."
+    return tuple(keys) if frames and len(keys) == len(frames) else None
+
 def _check_frames(media: Media, processor, sample_id: str):
     "Frames sized to the patch grid (the processor never resizes), and every video with its metadata."
     if len(media.video_meta) != len(media.videos):
@@ -409,7 +422,9 @@ def text_inputs(
         sample_id=sample_id, input_ids=out["input_ids"][0], mm_token_type_ids=out["mm_token_type_ids"][0],
         prompt_len=out["input_ids"].shape[1], pixel_values=out.get("pixel_values"), image_grid_thw=out.get("image_grid_thw"),
         pixel_values_videos=out.get("pixel_values_videos"), video_grid_thw=out.get("video_grid_thw"),
-        second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32))
+        second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32),
+        image_keys=_media_keys(media.image_keys, media.images),
+        video_keys=_media_keys(media.video_keys, media.videos))
     check_inputs(inputs, processor)
     return inputs
 
@@ -451,6 +466,11 @@ def _rows(grid: torch.Tensor | None) -> int:
 def _n(grid: torch.Tensor | None) -> int:
     return 0 if grid is None else len(grid)
 
+def _keys(items, kind: str) -> list[str] | None:
+    "Frame-cache keys of the items' images or videos, in order; None when one of them has none."
+    ks = [getattr(x, f"{kind}_keys") for x in items if getattr(x, f"{kind}_grid_thw") is not None]
+    return None if None in ks else [k for keys in ks for k in keys]
+
 # %% ../nbs/05_data.ipynb #2c59ea17
 @dataclass
 class Batch:
@@ -470,6 +490,8 @@ class Batch:
     n_videos: list[int]                              # videos of each sample, in order
     pad_id: int = 0
     pad_side: str = "right"
+    image_keys: list[str] | None = None              # frame-cache key of each image (None: some image has none)
+    video_keys: list[str] | None = None              # frame-cache key of each video (None: some video has none)
 
     def __len__(self): return len(self.sample_ids)
 
@@ -516,7 +538,8 @@ def collate(
                  video_grid_thw=_cat([x.video_grid_thw for x in items]),
                  second_per_grid_ts=_cat([x.second_per_grid_ts for x in items]),
                  n_images=[_n(x.image_grid_thw) for x in items], n_videos=[_n(x.video_grid_thw) for x in items],
-                 pad_id=pad_id, pad_side=pad_side)
+                 pad_id=pad_id, pad_side=pad_side,
+                 image_keys=_keys(items, "image"), video_keys=_keys(items, "video"))
 
 # %% ../nbs/05_data.ipynb #418065ea
 def _slice_media(pixels, grid, counts: list[int], i: int):
@@ -526,6 +549,12 @@ def _slice_media(pixels, grid, counts: list[int], i: int):
     r0 = _rows(grid[:g0])
     g = grid[g0:g0 + counts[i]]
     return pixels[r0:r0 + _rows(g)], g
+
+def _slice_keys(keys, counts: list[int], i: int) -> tuple[str, ...] | None:
+    "Keys of sample i's media in a batch's key list (None: no media of the kind, or no keys)."
+    if keys is None or not counts[i]: return None
+    k0 = sum(counts[:i])
+    return tuple(keys[k0:k0 + counts[i]])
 
 def batch_item(batch: Batch, i: int) -> SampleInputs:
     "Sample i of a batch as its own `SampleInputs`: padding removed, pixel tensors sliced (views)."
@@ -537,7 +566,9 @@ def batch_item(batch: Batch, i: int) -> SampleInputs:
         v0 = sum(batch.n_videos[:i]); spg = batch.second_per_grid_ts[v0:v0 + len(vg)]
     return SampleInputs(sample_id=batch.sample_ids[i], input_ids=batch.input_ids[i][keep],
                         mm_token_type_ids=batch.mm_token_type_ids[i][keep], prompt_len=batch.prompt_lens[i],
-                        pixel_values=pv, image_grid_thw=ig, pixel_values_videos=pvv, video_grid_thw=vg, second_per_grid_ts=spg)
+                        pixel_values=pv, image_grid_thw=ig, pixel_values_videos=pvv, video_grid_thw=vg,
+                        second_per_grid_ts=spg, image_keys=_slice_keys(batch.image_keys, batch.n_images, i),
+                        video_keys=_slice_keys(batch.video_keys, batch.n_videos, i))
 
 def check_batch(batch: Batch, processor):
     "`check_inputs` for every sample of a batch (e.g. ids that came back from a rollout engine)."
@@ -581,6 +612,9 @@ def unwrap_vlm(model):
 def encode_vision(model, batch: Batch) -> tuple[dict, torch.Tensor]:
     "Vision features for `mm_encoder_outputs`, calling the tower once for images and once for videos; absent ones run a zero dummy."
     enc, dummy = {}, torch.zeros((), device=batch.input_ids.device)
+    cached = getattr(model, "vision_feature_cache", None)  # a frozen tower's features (`lora.use_vision_features`)
+    if cached is not None and cached.covers(batch):
+        return cached.encode(model, batch), dummy  # a frozen, unsharded tower: no gradient or collective to align
     for kind, pv, grid, fn in (("image", batch.pixel_values, batch.image_grid_thw, model.get_image_features),
                                ("video", batch.pixel_values_videos, batch.video_grid_thw, model.get_video_features)):
         if pv is None:

@@ -6,7 +6,8 @@
 __all__ = ['LORA_TARGET', 'PEFT_PREFIX', 'lora_config', 'lora_layers', 'has_adapters', 'apply_lora', 'param_counts',
            'adapters_disabled', 'adapter_weights', 'swapped_adapters', 'LoraReference', 'reference_model',
            'lora_reference', 'load_lora_reference', 'merged_state_items', 'base_digest', 'save_adapter', 'load_adapter',
-           'save_merged', 'merge_checkpoint', 'main']
+           'save_merged', 'merge_checkpoint', 'main', 'vision_tower', 'tower_frozen', 'feature_namespace',
+           'VisionOutput', 'VisionFeatures', 'use_vision_features']
 
 # %% ../nbs/09b_lora.ipynb #a89ecc56
 import contextlib, hashlib, json
@@ -14,13 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model, set_peft_model_state_dict
 from peft.tuners.lora import LoraLayer
 from peft.tuners.tuners_utils import BaseTunerLayer
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .data import unwrap_vlm
 from .models import param_digest
+from .synthetic import atomic_write, atomic_write_text
 
 # %% ../nbs/09b_lora.ipynb #9135d608
 LORA_TARGET = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"  # attention + MLP of every decoder layer
@@ -232,6 +236,122 @@ def main(argv: list[str] | None = None):
     m.add_argument("checkpoint"); m.add_argument("out")
     a = p.parse_args(argv)
     print(merge_checkpoint(a.checkpoint, a.out))
+
+# %% ../nbs/09b_lora.ipynb #ba993822
+def vision_tower(model):
+    "The vision tower of a Qwen-VL model (or of a `VLMCall` around one)."
+    return unwrap_vlm(model).model.visual
+
+def tower_frozen(model) -> bool:
+    "Whether no vision parameter trains (LoRA's default target leaves the tower so)."
+    return not any(p.requires_grad for p in vision_tower(model).parameters())
+
+# %% ../nbs/09b_lora.ipynb #319b855d
+def feature_namespace(model, processor=None) -> dict:
+    "What decides the tower's outputs besides a medium's frames: weights, dtype, device, kernel, pixel settings."
+    tower = vision_tower(model)
+    p = next(tower.parameters())
+    kinds = ("image_processor", "video_processor")
+    procs = {k: getattr(processor, k).to_dict() for k in kinds if hasattr(processor, k)}
+    pixels = hashlib.sha256(json.dumps(procs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return dict(family=unwrap_vlm(model).config.model_type, tower=param_digest(tower.named_parameters()),
+                dtype=str(p.dtype).removeprefix("torch."), device=p.device.type,
+                attention=tower.config._attn_implementation, pixels=pixels)
+
+# %% ../nbs/09b_lora.ipynb #4f0b807d
+@dataclass
+class VisionOutput(BaseModelOutputWithPooling):
+    "One modality's `mm_encoder_outputs` entry from cached features (`pooler_output`: per medium (n_tokens, H))."
+    deepstack_features: list | None = None  # per deepstack layer (Qwen3-VL only), per medium (n_tokens, H)
+
+class VisionFeatures:
+    "A frozen vision tower's outputs per medium: computed once, stored under `root`, read back memory-mapped."
+    def __init__(self, model,  # the VLM (before `shard_fsdp2`), its tower frozen
+                 root: str | Path,  # folder of namespaces (the trainer's: the frame cache's `features/`)
+                 processor=None):  # its pixel settings name the namespace too
+        if not tower_frozen(model):
+            raise ValueError("VisionFeatures: the vision tower has trainable parameters; its outputs change with every "
+                             "update (vision_feature_cache=off)")
+        self.info = feature_namespace(model, processor)
+        name = hashlib.sha256(json.dumps(self.info, sort_keys=True).encode()).hexdigest()[:16]
+        self.root = Path(root) / name
+        atomic_write_text(self.root / "namespace.json", json.dumps(self.info, indent=1))
+        self.dtype, self.hits, self.misses = getattr(torch, self.info["dtype"]), 0, 0
+
+    def path(self, key: str) -> Path:
+        "The entry of the medium with frame-cache key `key`: one (1 + deepstack layers, n_tokens, H) array."
+        return self.root / key[:2] / f"{key}.npy"
+
+    def __repr__(self): return f"VisionFeatures({str(self.root)!r}, hits {self.hits}, misses {self.misses})"
+
+# %% ../nbs/09b_lora.ipynb #8e8c0c4c
+def _load(self: VisionFeatures, key: str, device) -> torch.Tensor | None:
+    "A medium's stored features on `device` (memory-mapped on the CPU), None if absent; a damaged one is an error."
+    f = self.path(key)
+    if not f.exists(): return None
+    try: a = np.load(f, mmap_mode="c", allow_pickle=False)
+    except (OSError, ValueError) as e: raise ValueError(f"{f}: unreadable vision features ({e})") from e
+    bf16 = self.dtype == torch.bfloat16
+    want = np.dtype("int16") if bf16 else np.dtype(str(self.dtype).removeprefix("torch."))
+    if a.dtype != want or a.ndim != 3:
+        raise ValueError(f"{f}: features {a.dtype}{list(a.shape)}, expected {want} in 3 dims")
+    t = torch.from_numpy(a)
+    return (t.view(torch.bfloat16) if bf16 else t).to(device)
+
+def _store(self: VisionFeatures, key: str, feats: torch.Tensor):
+    "Write a medium's features atomically (bfloat16 as its int16 bits: numpy has no bfloat16)."
+    a = (feats.view(torch.int16) if feats.dtype == torch.bfloat16 else feats).detach().cpu().numpy()
+    def write(tmp):
+        with open(tmp, "wb") as f: np.save(f, a, allow_pickle=False)
+    atomic_write(self.path(key), write)
+
+VisionFeatures._load, VisionFeatures._store = _load, _store
+
+# %% ../nbs/09b_lora.ipynb #44a57624
+_MEDIA = (("image", "pixel_values", "image_grid_thw", "image_keys", "get_image_features"),
+          ("video", "pixel_values_videos", "video_grid_thw", "video_keys", "get_video_features"))
+
+def _covers(self: VisionFeatures, batch) -> bool:
+    "Whether every medium of `batch` (a `Batch` or `SampleInputs`) has a frame-cache key to be looked up by."
+    return all(getattr(batch, k) is not None for _, pv, _, k, _ in _MEDIA if getattr(batch, pv) is not None)
+
+def _features(self: VisionFeatures, tower_fn, pv, grid, keys: list[str]) -> list[torch.Tensor]:
+    "Each medium's (1 + deepstack layers, n_tokens, H) features: read back, or the tower run on all misses at once."
+    got = {k: self._load(k, pv.device) for k in dict.fromkeys(keys)}
+    miss = [keys.index(k) for k, t in got.items() if t is None]  # each missing medium once
+    self.hits, self.misses = self.hits + len(got) - len(miss), self.misses + len(miss)
+    if miss:
+        rows = torch.cat([grid.new_zeros(1), grid.prod(-1).cumsum(0)]).tolist()  # where each medium's patches start
+        pixels = torch.cat([pv[rows[i]:rows[i + 1]] for i in miss])  # (patches of the misses, D)
+        with torch.no_grad(): out = tower_fn(pixels, grid[miss], return_dict=True)
+        layers = [out.pooler_output, *(getattr(out, "deepstack_features", None) or [])]
+        for j, i in enumerate(miss):
+            got[keys[i]] = torch.stack([layer[j] for layer in layers])  # (1 + deepstack layers, n_tokens, H)
+            self._store(keys[i], got[keys[i]])
+    return [got[k] for k in keys]
+
+def _encode(self: VisionFeatures, model, batch) -> dict:
+    "A batch's `mm_encoder_outputs` (as `data.encode_vision` returns them) from cached features; the tower on misses."
+    if not tower_frozen(model):
+        raise RuntimeError("VisionFeatures: a vision parameter trains now; the cached features are stale")
+    enc = {}
+    for kind, pv, grid, keys, fn in _MEDIA:
+        if getattr(batch, pv) is None: continue
+        fs = self._features(getattr(model, fn), getattr(batch, pv), getattr(batch, grid), list(getattr(batch, keys)))
+        enc[kind] = VisionOutput(pooler_output=tuple(f[0] for f in fs),
+                                 deepstack_features=[tuple(f[d] for f in fs) for d in range(1, len(fs[0]))])
+    return enc
+
+VisionFeatures.covers, VisionFeatures._features, VisionFeatures.encode = _covers, _features, _encode
+
+# %% ../nbs/09b_lora.ipynb #367413ea
+def use_vision_features(model, root: str | Path | None, processor=None) -> VisionFeatures | None:
+    "Serve the frozen tower of `model` from `VisionFeatures` in every pass (`encode_vision`, `HFEngine`); None: off."
+    vlm = unwrap_vlm(model)
+    vlm.__dict__.pop("vision_feature_cache", None)
+    if root is None: return None
+    vlm.vision_feature_cache = VisionFeatures(vlm, root, processor)
+    return vlm.vision_feature_cache
 
 # %% ../nbs/09b_lora.ipynb #c3eb89a8
 # python -m easyvideor1.lora; a notebook kernel also runs as __main__ but defines get_ipython

@@ -27,13 +27,20 @@ def shard_fsdp2(
     param_dtype: torch.dtype | None = None,  # GPU: torch.bfloat16 gathers and computes in bf16 (shards stay in their dtype)
     reduce_dtype: torch.dtype | None = None,  # gradient reduce-scatter dtype (torch.float32 with bf16 params)
     reshard_after_forward: bool = True,  # free each block's gathered parameters after its forward (gather again in backward)
+    replicate_vision: bool = False,  # a frozen tower stays out: a plain copy per rank, any rank may call it alone
 ) -> VLMCall:  # the root: call the model only through it (`data.call_vlm`, `forward_vlm`, `PrefixLogp`, `HFEngine`)
     "FSDP2 with `fully_shard`: every vision block and decoder layer, then a `VLMCall` root holding the rest."
     root = model if isinstance(model, VLMCall) else VLMCall(model)
+    tower = set(root.model.model.visual.parameters()) if replicate_vision else set()
+    if any(p.requires_grad for p in tower):
+        raise ValueError("shard_fsdp2: replicate_vision needs a frozen vision tower (nothing reduces its gradients)")
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-    for block in model_blocks(root.model): fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    for block in model_blocks(root.model):
+        if not tower.isdisjoint(block.parameters()): continue
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     root_mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=False)  # its inputs: a function and records
-    fully_shard(root, mesh=mesh, mp_policy=root_mp, reshard_after_forward=reshard_after_forward)
+    fully_shard(root, mesh=mesh, mp_policy=root_mp, reshard_after_forward=reshard_after_forward,
+                ignored_params=tower or None)
     return root
 
 # %% ../nbs/09a_parallel.ipynb #aa2770f0

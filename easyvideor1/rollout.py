@@ -212,6 +212,15 @@ def use_released_positions(model) -> bool:
     return True
 
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
+def _first_forward_inputs(model, batch) -> dict:
+    "A batch's keywords for `generate` or a prefill: its pixels, or a frozen tower's cached features (`09b_lora`)."
+    from easyvideor1.data import encode_vision
+    kw = batch.model_kwargs()
+    cached = getattr(model, "vision_feature_cache", None)
+    if cached is None or not cached.covers(batch): return kw
+    enc, _ = encode_vision(model, batch)
+    return {k: v for k, v in kw.items() if not k.startswith("pixel_values")} | dict(mm_encoder_outputs=enc)
+
 class HFEngine:
     "transformers `generate` on the training model, from the trainer's `SampleInputs`; one prefill per group."
     def __init__(self, model,  # the VLM, or a `data.VLMCall` around it (FSDP2's root: generation runs in its forward, unsharded)
@@ -250,12 +259,12 @@ class HFEngine:
                fast: bool) -> list[Completion]:
         "The n completions of prompt i (seeded by its index)."
         from easyvideor1.data import call_vlm
-        inputs = collate([x], self.pad_id).to(self.vlm.device).model_kwargs()  # (1, P) rows
+        b = collate([x], self.pad_id).to(self.vlm.device)  # (1, P) rows
         if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
         sampler = (GreedySampler(banned_token_ids()) if sampling.temperature == 0
                    else InverseCDFSampler(sampling.temperature, banned_token_ids()) if fast else None)
         run = self._shared if self.shared_prefix else self._naive
-        ids, logp = call_vlm(self.model, run, inputs, sampling.n, gc, sampler)
+        ids, logp = call_vlm(self.model, run, b, sampling.n, gc, sampler)
         return self._completions(ids, logp, stop_ids)
 
     def _greedy_batches(self, prompts: list[SampleInputs], gc, stop_ids) -> list[list[Completion]]:
@@ -265,7 +274,7 @@ class HFEngine:
         for s in range(0, len(prompts), self.batch_size):
             b = collate(prompts[s:s + self.batch_size], self.pad_id, pad_side="left").to(self.vlm.device)
             sampler = GreedySampler(banned_token_ids())
-            ids, logp = call_vlm(self.model, self._naive, b.model_kwargs(), 1, gc, sampler)
+            ids, logp = call_vlm(self.model, self._naive, b, 1, gc, sampler)
             groups += [[c] for c in self._completions(ids, logp, stop_ids)]
         return groups
 
@@ -276,14 +285,17 @@ class HFEngine:
         if sampler is None: return _sampled_logprobs(out, P, gc.temperature if gc.do_sample else 0)
         return out.sequences[:, P:], sampler.logprobs()
 
-    def _naive(self, model, inputs: dict, n: int, gc, sampler=None):
-        "The prompt repeated n times: n prefills."
-        return self._run(model, inputs["input_ids"].shape[1], gc, sampler, **repeat_inputs(inputs, n))
+    def _naive(self, model, batch, n: int, gc, sampler=None):
+        "The prompt repeated n times: n prefills (a batch of several prompts: n = 1)."
+        from easyvideor1.data import split
+        inputs = _first_forward_inputs(model, split(batch, [0] * n) if n > 1 else batch)
+        return self._run(model, inputs["input_ids"].shape[1], gc, sampler, **inputs)
 
-    def _shared(self, model, inputs: dict, n: int, gc, sampler=None):
+    def _shared(self, model, batch, n: int, gc, sampler=None):
         "One batch-1 prefill of all but the last prompt token, its cache repeated n times, then generate."
         from transformers import DynamicCache
         from easyvideor1.prefix import _cache_kw
+        inputs = _first_forward_inputs(model, batch)
         ids = inputs["input_ids"]  # (1, P)
         P, core = ids.shape[1], model.model
         core.rope_deltas, cache = None, DynamicCache(config=model.config)

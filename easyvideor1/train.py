@@ -19,7 +19,7 @@ from .cache import FrameCache
 from .evaluate import score_extras, score_row
 from .data import load_media, prompt_inputs, unwrap_vlm
 from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
-                              reference_model, save_adapter, save_merged)
+                              reference_model, save_adapter, save_merged, tower_frozen, use_vision_features)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, global_n_total, group_advantages, group_has_signal,
                               grpo_step, overlong_penalty)
 from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm, save_vlm
@@ -85,6 +85,7 @@ class TrainConfig:
     image_max_pixels: int = 12544  # per image
     cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
     frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
+    vision_feature_cache: str = "auto"  # auto: a frozen vision tower (LoRA's default) runs once per medium, its outputs kept beside the frames (with frame_cache); off: in every pass
     # --- rollout
     engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server" (vLLM's OpenAI server on loopback, started and stopped by the trainer)
     vllm_port: int = 8011  # engine=vllm_server: the port of rank 0's server (rank r listens on vllm_port + r)
@@ -209,7 +210,7 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
                                               "video_max_pixels", "image_min_pixels", "image_max_pixels", "lora_alpha")},
     "lora_rank": _at_least(0), "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"), "vision_feature_cache": _choices("auto", "off"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
     "engine": _choices("hf", "vllm", "vllm_server"), "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"), "rollout_is": _choices("auto", "none", "tis", "mis"),
     "rollout_is_cap": _at_least(1, strict=True), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
@@ -837,9 +838,11 @@ def train(cfg: TrainConfig) -> dict:
     engine = (make_engine(cfg.engine, model, processor, cfg.shared_prefix, out, cfg.vllm_sleep, cfg.vllm_port + rank)
               if cfg.engine != "hf" else None)  # vLLM: from the plain model
     if cfg.lora_rank: apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target, cfg.seed)  # PEFT adapters; the rest frozen
+    cached = cfg.vision_feature_cache == "auto" and cache is not None and tower_frozen(model)
+    if cached: use_vision_features(model, cache.root / "features", processor)  # the tower once per medium (`09b_lora`)
     if fsdp2:  # fully_shard every vision block and decoder layer, then the root that every model call goes through
         from torch.distributed.device_mesh import init_device_mesh
-        policy = shard_fsdp2(model, mesh=init_device_mesh(acc.device.type, (world,)))
+        policy = shard_fsdp2(model, mesh=init_device_mesh(acc.device.type, (world,)), replicate_vision=cached)
     else: policy = model  # the plain model: gradients are averaged by all_reduce_grads, checkpoints written by the main process
     if cfg.gradient_checkpointing: enable_checkpointing(model)  # every vision block and decoder layer (after sharding: FSDP2's hooks outside)
     policy.train()

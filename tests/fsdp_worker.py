@@ -205,6 +205,39 @@ def _():
                 greedy_equal=[g[0].token_ids for g in got1] == [g[0].token_ids for g in ref1], greedy_n=len(got1))
 
 
+# --- 6. a frozen tower's cached features: rank 0 reads them, rank 1 runs the tower alone (replicated, out of FSDP2)
+@case("cached_vision")
+def _():
+    from dataclasses import replace
+    from easyvideor1.lora import apply_lora, use_vision_features
+    fam = "qwen2_5_vl"
+    ps, ids, mask, adv = groups(fam, ["video", "image"], G=4, T=5, seed=3)
+    ps = [replace(ps[0], video_keys=("v",)), replace(ps[1], image_keys=("i",))]
+    N = sum(float(m.sum()) for m in mask)
+    def lora():
+        m = apply_lora(qwen_vlm(fam, "tiny", seed=0), 4, 8.0)
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if ".lora_B." in n: p.copy_(torch.linspace(-0.05, 0.05, p.numel()).view_as(p))  # a trained policy
+        return m
+    ref, model = lora(), lora()
+    for shared in (True, False): run_loss(ref, group_micro_batches(ps, ids, mask, adv, 2), shared, N)  # one process
+    with tempfile.TemporaryDirectory() as d:
+        feats = use_vision_features(model, d)  # each rank its own folder
+        if RANK == 0: feats.encode(model, ps[0])  # rank 0 has its clip's features, rank 1 must compute its image's
+        root = shard_fsdp2(model, replicate_vision=True)
+        calls = []
+        hook = model.model.visual.register_forward_hook(lambda *_: calls.append(1))
+        r = RANK
+        for shared in (True, False):  # the prefix path (`forward_prompt`) and the naive one (`forward_vlm`)
+            mine = group_micro_batches(ps[r:r + 1], ids[r:r + 1], mask[r:r + 1], adv[r:r + 1], 2)
+            run_loss(root, mine, shared, N / WORLD)
+        hook.remove()
+    got = {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.requires_grad}
+    want = {n: p.grad for n, p in ref.named_parameters() if p.requires_grad}
+    return dict(rel=rel(got, want), tower_calls=len(calls), hits=feats.hits, misses=feats.misses - (RANK == 0))
+
+
 gathered_results = [None] * WORLD
 dist.all_gather_object(gathered_results, results)
 if RANK == 0:

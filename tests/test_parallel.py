@@ -81,6 +81,14 @@ def test_generation_of_different_lengths_does_not_hang(ranks):
     assert all(r["generate"]["greedy_equal"] for r in res)
 
 
+
+def test_fsdp2_cached_vision_features_ranks_hit_and_miss_unequally(ranks):
+    "A cached frozen tower out of FSDP2: rank 0 reads its clip's features, rank 1 runs the tower alone; exact gradients."
+    res = result(ranks, "cached_vision")
+    assert [(r["cached_vision"]["tower_calls"], r["cached_vision"]["misses"]) for r in res] == [(0, 0), (1, 1)]
+    assert [r["cached_vision"]["hits"] for r in res] == [3, 2]  # the prefix pass reads once, the 2 naive chunks once each
+    for r in res: assert r["cached_vision"]["rel"] <= 1e-5, r
+
 def _mbs(sizes, chunk=2):
     p = type("P", (), {"sample_id": "p"})()  # group_micro_batches only reads the prompt's sample_id
     return group_micro_batches([p] * len(sizes), [torch.arange(g * 3).view(g, 3) for g in sizes],

@@ -114,6 +114,14 @@ def test_exercises_parser_sees_a_missing_solution():
     assert exercises(nb) == {1: {"exercise": 0, "check": 1}}
 
 
+def test_syllabus_lists_every_lesson_with_its_time():
+    "course.ipynb's table names every lesson and the trainer, each with a linked page and a measured time ('N s')."
+    table = "".join(c.source for c in nbformat.read(NBS / "course.ipynb", as_version=4).cells if c.cell_type == "markdown")
+    rows = {m[1]: m[2] for m in re.finditer(r"^\|[^|]*\| \[(\w+)\]\(\1\.ipynb\) \|.*\| (\d+ s) \|$", table, re.M)}
+    missing = [n for n in LESSONS + ["10_train.ipynb"] if n.removesuffix(".ipynb") not in rows]
+    assert not missing, f"course.ipynb: no syllabus row (with a time) for {missing}"
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_as_a_student_would(name):
     nb, ex, _ = run_as_student(name)

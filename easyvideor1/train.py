@@ -126,6 +126,7 @@ class TrainConfig:
     sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
     sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
     sft_format_sources: str = "synthetic/color"  # warm start, after its answer-only steps: multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
+    sft_format_prior: str = "network"  # what a format-only sample's uniform letter target trains: the whole network (the recipe the learning guard holds), or only the letters' output rows, its trajectory ending at the letter ("rows": leaves the layers that read the clip free to learn colour, but with the default GRPO settings it failed the guard on both seeds)
     sft_option_smoothing: float = 0.0  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
@@ -210,7 +211,7 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
                                               "video_max_pixels", "image_min_pixels", "image_max_pixels", "lora_alpha")},
     "lora_rank": _at_least(0), "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"), "vision_feature_cache": _choices("auto", "off"),
+    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"), "sft_format_prior": _choices("network", "rows"), "vision_feature_cache": _choices("auto", "off"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
     "engine": _choices("hf", "vllm", "vllm_server"), "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"), "rollout_is": _choices("auto", "none", "tis", "mis"),
     "rollout_is_cap": _at_least(1, strict=True), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
@@ -924,7 +925,8 @@ def train(cfg: TrainConfig) -> dict:
         if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
         if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
                                 answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, samples=batch,
-                                smoothing=cfg.sft_option_smoothing, uniform=[s.id in format_ids for s in batch], **step_kw)
+                                smoothing=cfg.sft_option_smoothing, uniform=[s.id in format_ids for s in batch],
+                                prior_through=cfg.sft_format_prior, **step_kw)
         elif signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy; with vLLM the mismatch is still logged
             st = dict(no_signal=1, **({} if fsdp2 or cfg.engine == "hf" else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
                                                                          pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature)))

@@ -227,7 +227,8 @@ def test_code_rows_pass_their_tests_to_the_scorer():
     assert scores[0][0]["accuracy"] == 1.0 and scores[0][1]["accuracy"] == 0.0
 
 
-def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool = False, lr: float = 3e-3) -> float:
+def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool = False, lr: float = 3e-3,
+                 prior_through: str = "network") -> float:
     "Warm-start a tiny model on one direction clip (answer tokens only); (p(answer letter), p(other letter)) there."
     import torch
     from easyvideor1.data import read_samples
@@ -243,7 +244,7 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool =
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for _ in range(steps):
         sft_update(model, prompts, trajs, proc, opt, 2, answer_only=True, samples=samples, smoothing=smoothing, max_grad_norm=1.0,
-                   uniform=[uniform] * len(trajs))
+                   uniform=[uniform] * len(trajs), prior_through=prior_through)
     mb = sft_micro_batches(prompts, trajs, proc, 2, answer_only=True)[0]
     ids, w, _ = option_targets(trajs, samples, proc.tokenizer, mb.mask.shape[1], 0.5,  # w = 1 where the other letter goes
                             [answer_end(t, proc.tokenizer) for t in trajs])
@@ -259,10 +260,11 @@ def test_option_smoothing_keeps_the_other_letters_alive(tiny_suite):
     assert abs(ps - 0.7) < 0.08 and abs(qs - 0.3) < 0.08, (ps, qs)  # the optimum: p(answer) = 1 - eps, p(other) = eps
 
 
-def test_format_only_samples_hand_over_undecided(tiny_suite):
+@pytest.mark.parametrize("through,lr", [("network", 3e-3), ("rows", 1e-2)])  # the rows alone: a larger step for the same time
+def test_format_only_samples_hand_over_undecided(tiny_suite, through, lr):
     """A format-only warm-start sample trains its letter against a uniform target: p(its letter) = p(the other) = 1/2, whatever
-    letter it was written with (from a random model, through the letters' output rows alone: a larger step than the others)."""
-    p, q = _letter_prob(0.0, tiny_suite, uniform=True, lr=1e-2)
+    letter it was written with, trained through the whole network or through the letters' output rows alone."""
+    p, q = _letter_prob(0.0, tiny_suite, uniform=True, lr=lr, prior_through=through)
     assert abs(p - 0.5) < 0.08 and abs(q - 0.5) < 0.08, (p, q)
 
 
@@ -311,11 +313,13 @@ def test_format_only_picks_unanswered_multiple_choice_of_its_sources():
     assert format_only(rows, "") == [] and rows[0].offline_output == ""  # the data set itself is left as it was
 
 
-def test_format_only_samples_join_the_warm_start_after_its_answer_steps(tiny_suite, tmp_path):
+@pytest.mark.parametrize("prior", ["network", "rows"])
+def test_format_only_samples_join_the_warm_start_after_its_answer_steps(tiny_suite, tmp_path, prior):
     "Colour clips (no offline trajectory) enter the warm start's batches once its answer-only steps are over; GRPO logs accuracy per source."
     out = tmp_path / "fmt"
     _suite_link(tiny_suite, out)
-    train(load_config(overrides=dict(TINY, output_dir=str(out), sft_steps=6, sft_answer_steps=3, sft_batch_size=4, max_steps=1)))
+    train(load_config(overrides=dict(TINY, output_dir=str(out), sft_steps=6, sft_answer_steps=3, sft_batch_size=4, max_steps=1,
+                                     sft_format_prior=prior)))
     rows = read_jsonl(out / "metrics.jsonl")
     sft = [r for r in rows if r["phase"] == "sft"]
     assert [r["answer_only"] for r in sft] == [True] * 3 + [False] * 3

@@ -602,7 +602,8 @@ def draw_groups(engine, batch, prompts, rprompts, offline, sampling, cfg: TrainC
     comps = rollout_groups(engine, engine_prompts, [p.n_online for p in plans], dataclasses.replace(sampling, seed=seed))  # phase 3
     online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g] for g in comps]
     timings["rollout"] = timings.get("rollout", 0.0) + time.time() - t0; t0 = time.time()
-    online_scores, _ = score_groups(batch, online, cfg.strict_format)                   # phase 5, online members
+    conditional = any(p.conditional for p in plans)  # only a conditional mix reads the online scores before mixing
+    online_scores = score_groups(batch, online, cfg.strict_format)[0] if conditional else [[] for _ in online]  # phase 5
     groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
     scores, stats = score_groups(batch, groups, cfg.strict_format)                      # phase 5
     if cfg.overlong_buffer:

@@ -362,3 +362,34 @@ def test_log_every_thins_tensorboard_not_the_metrics(tiny_suite, tmp_path):
         ea = EventAccumulator(str(f)); ea.Reload()
         steps += [e.step for tag in ea.Tags()["scalars"] if tag == "lr" for e in ea.Scalars(tag)]  # lr: on every step
     assert sorted(steps) == [1, 2], steps
+
+
+@pytest.mark.parametrize("threshold,scored", [(-1.0, 1), (0.5, 2)])  # always mix: scored once; conditional: the online first
+def test_draw_groups_mixes_offline_and_scores_online_once_unless_conditional(monkeypatch, threshold, scored):
+    """Phases 3-5 on a fake engine: a direction prompt gets 3 online answers (1 right of 3) and, in `replace` mode, one
+    offline trajectory; a conditional plan (offline_threshold 0.5) still mixes it in (accuracy 1/3 < 0.5) and skips it
+    at threshold 0.2. The router runs once per draw, or twice when the mix must read the online accuracy first."""
+    import easyvideor1.train as T
+    from easyvideor1.data import Sample
+    from easyvideor1.rollout import Completion, SamplingConfig
+    calls = []
+    real = T.compute_scores
+    monkeypatch.setattr(T, "compute_scores", lambda texts, *a, **k: (calls.append(len(texts)), real(texts, *a, **k))[1])
+    class Engine:
+        def generate(self, prompts, sampling):
+            return [[Completion([1, 2], f"<answer>{c}</answer>", [-0.1, -0.1], "stop") for c in "ABB"][:sampling.n] for _ in prompts]
+    s = Sample("d0", "<video>Which way?", "multiple choice", "A", "video", options=["A. left", "B. right"],
+               data_source="synthetic/direction", offline_output="<answer>A</answer>")
+    from easyvideor1.models import qwen_processor
+    tok = qwen_processor("qwen2_5_vl").tokenizer
+    cfg = T.TrainConfig(group_size=4, offline_mode="replace", offline_per_group=1, offline_threshold=threshold)
+    off = T.offline_groups([s], tok, cfg.max_new_tokens)
+    d = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg, step=0, rank=0, timings={})
+    assert calls == [3] * (scored - 1) + [4], calls  # the online three alone, then the whole group
+    assert [t.is_offline for t in d.groups[0]] == [False, False, False, True]
+    assert [sc["accuracy"] for sc in d.scores[0]] == [1, 0, 0, 1] and len(d.online[0]) == 3
+    assert d.groups[0][0].reward > d.groups[0][1].reward  # rewards set in place
+    if threshold > 0:
+        cfg2 = T.dataclasses.replace(cfg, offline_threshold=0.2)
+        d2 = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg2, step=0, rank=0, timings={})
+        assert [t.is_offline for t in d2.groups[0]] == [False] * 3  # 1/3 >= 0.2: the group keeps its online answers

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from .cache import FrameCache
 from .evaluate import score_extras, score_row
 from .data import load_media, prompt_inputs, unwrap_vlm
+from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
                               reference_model, save_adapter, save_merged, tower_frozen, use_vision_features)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, global_n_total, group_advantages, group_has_signal,
@@ -41,10 +42,9 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
            'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'online_rollout_logp',
            'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update', 'evaluate_split',
-           'per_type', 'append_jsonl', 'plot_curves', 'table_md', 'show_table', 'Draw', 'draw_groups', 'extra_prompts',
-           'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads', 'prepare_data', 'contracts',
-           'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference',
-           'collapse_signs', 'keep_best', 'train', 'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args',
+           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
+           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
+           'load_reference', 'keep_best', 'train', 'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args',
            'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
@@ -512,73 +512,6 @@ def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size
                    f"(first: {bad[0]['error'][:300]})")
     return rows
 
-def per_type(rows: list[dict]) -> dict[str, dict]:
-    "Mean accuracy and format per problem type, per source within a type that has several (`'type · source'`), and 'all'."
-    groups = {}
-    for t in sorted({r["problem_type"] for r in rows}):
-        rs = [r for r in rows if r["problem_type"] == t]
-        groups[t] = rs
-        if len(srcs := sorted({r.get("source", "") for r in rs})) > 1:
-            groups |= {f"{t} · {src or '(no source)'}": [r for r in rs if r.get("source", "") == src] for src in srcs}
-    groups["all"] = rows
-    return {k: dict(n=len(rs), accuracy=sum(r["accuracy"] for r in rs) / max(len(rs), 1),
-                    format=sum(r["format"] for r in rs) / max(len(rs), 1)) for k, rs in groups.items()}
-
-# %% ../nbs/10_train.ipynb #6ddb9d92
-def append_jsonl(path: Path, row: dict):
-    "Append one JSON line and flush it to disk."
-    with open(path, "a") as f:
-        f.write(json.dumps(row, default=float) + "\n"); f.flush(); os.fsync(f.fileno())
-
-def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None = None):
-    "Training reward / accuracy per step and held-out accuracy per problem type, one figure."
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key, label in (("reward", "reward (online)"), ("accuracy", "accuracy (online)"), ("format", "format (online)")):
-        xs = [m["step"] for m in metrics if key in m]
-        ax[0].plot(xs, [m[key] for m in metrics if key in m], label=label)
-    sft = [m for m in metrics if m.get("phase") == "sft"]
-    if sft:
-        ax[0].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
-        nll = ax[0].twinx()
-        for only, ls, label in ((True, ":", "answer-token NLL (right)"), (False, "--", "trajectory NLL (right)")):
-            part = [m for m in sft if bool(m.get("answer_only")) == only]
-            if part: nll.plot([m["step"] for m in part], [m["nll"] for m in part], color="0.4", ls=ls, label=label)
-        nll.set(yscale="log", ylabel="NLL per token"); nll.legend(fontsize=8, loc="upper center")
-    ax[0].set(xlabel="step (grey: warm start on offline trajectories)", ylim=(-0.05, 1.05), title="training")
-    ax[0].legend(fontsize=8, loc="center right")
-    types = sorted({t for e in evals for t in e["per_type"]})
-    for t in types:  # a type may be missing from an evaluation (eval_n, a resumed run's new split)
-        ax[1].plot(*zip(*[(e["step"], e["per_type"][t]["accuracy"]) for e in evals if t in e["per_type"]]), marker="o", label=t)
-    if sft: ax[1].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
-    ax[1].set(xlabel="step", ylim=(-0.05, 1.05), title="held-out greedy accuracy"); ax[1].legend(fontsize=8)
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=100)
-    return fig
-
-def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: dict[str, dict] | None = None,
-             best: dict[str, dict] | None = None, best_step: int | None = None) -> str:
-    "Markdown table of held-out accuracy per problem type: untrained, after the warm start, at the best validation step (when given) and final."
-    cols = [(name, d) for name, d in (("untrained accuracy", before), ("after warm start", warm),
-                                      (f"best on val (step {best_step})", best)) if d]
-    rows = ["| problem type | n |" + "".join(f" {name} |" for name, _ in cols) + " final accuracy | final format |",
-            "|---|---|" + "---|" * len(cols) + "---|---|"]
-    for t, v in per.items():
-        rows.append(f"| {t} | {v['n']} |" + "".join(f" {d[t]['accuracy']:.3f} |" if t in d else " |" for _, d in cols)
-                    + f" {v['accuracy']:.3f} | {v['format']:.3f} |")
-    return "\n".join(rows)
-
-def show_table(md: str):
-    "A markdown table: rendered in a notebook, as aligned columns in a terminal."
-    try:
-        from IPython import get_ipython
-        if get_ipython() is not None and "IPKernelApp" in get_ipython().config:
-            from IPython.display import Markdown, display
-            return display(Markdown(md))
-    except ImportError: pass
-    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in md.splitlines() if set(l.strip()) - set("|-")]
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print("\n".join("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)) for r in rows))
 
 # %% ../nbs/10_train.ipynb #cb6c1002
 @dataclass
@@ -764,21 +697,6 @@ def load_reference(model, ref_dir: Path):
     if not fsdp_modules(model): return load_weights(frozen_copy(model), ref_dir)
     ref = load_weights(_fresh_like(unwrap_vlm(model)), ref_dir).eval().requires_grad_(False)  # every rank reads the folder
     return shard_fsdp2(ref, mesh=_mesh(model))
-
-# %% ../nbs/10_train.ipynb #f490dfdd
-def collapse_signs(rows: list[dict], max_new_tokens: int) -> dict[str, str]:
-    "Signs in the GRPO log rows that the policy is breaking: responses near the budget, format falling, entropy jumping."
-    g = [r for r in rows if r.get("phase") == "grpo"]
-    if not g: return {}
-    last, signs = g[-1], {}
-    if last["response_len"] >= 0.75 * max_new_tokens and min(r["response_len"] for r in g) < 0.5 * max_new_tokens:  # it was short once
-        signs["length"] = f"mean response length {last['response_len']:.1f} of a {max_new_tokens}-token budget"
-    if (top := max(r["format"] for r in g)) >= 0.9 and last["format"] < 0.5:
-        signs["format"] = f"the format reward fell to {last['format']:.2f} (it was {top:.2f})"
-    ents = [r["sampled_entropy"] for r in g if math.isfinite(r.get("sampled_entropy", math.nan))]
-    if len(ents) > 1 and ents[-1] > max(1.0, 10 * min(ents)):
-        signs["entropy"] = f"sampled entropy jumped to {ents[-1]:.2f} nats/token (it was {min(ents):.2f})"
-    return signs
 
 # %% ../nbs/10_train.ipynb #60f55799
 def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best: dict | None,

@@ -122,6 +122,14 @@ def test_syllabus_lists_every_lesson_with_its_time():
     assert not missing, f"course.ipynb: no syllabus row (with a time) for {missing}"
 
 
+def test_readme_maps_every_notebook_to_its_module():
+    "The README's notebook map has a row per notebook that exports a module, naming that module (09c was missing once)."
+    rows = dict(re.findall(r"^\| `(\w+)` \| `(\w+)` \|", (ROOT / "README.md").read_text(), re.M))
+    for name in NOTEBOOKS:
+        exp = re.search(r"#\|\s*default_exp\s+(\w+)", (NBS / name).read_text())
+        if exp: assert rows.get(name.removesuffix(".ipynb")) == exp[1], f"README.md: the notebook map lacks `{name}` -> `{exp[1]}`"
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_as_a_student_would(name):
     nb, ex, _ = run_as_student(name)

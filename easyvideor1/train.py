@@ -44,8 +44,8 @@ __all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config
            'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update', 'evaluate_split',
            'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
            'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'keep_best', 'train', 'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args',
-           'main']
+           'load_reference', 'keep_best', 'Ranks', 'run_ranks', 'update_kw', 'warm_start_step', 'grpo_phases', 'train',
+           'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #815ccc2f
 @dataclass
@@ -715,6 +715,68 @@ def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best
     wait()
     return now
 
+# %% ../nbs/10_train.ipynb #38c1e320
+@dataclass
+class Ranks:
+    "How a run reduces over its processes: every field None in one process (the plain path)."
+    count_mean: Any = None  # n -> its mean over ranks: the global denominators of the loss
+    rank_min: Any = None  # n -> its minimum over ranks: dynamic sampling stops on every rank together
+    stats_reduce: Any = None  # tensor -> its sum over ranks: batch-normalised advantages over the global batch
+    rank_max: Any = None  # FSDP2: n -> its maximum over ranks: equal chunks and micro-batch counts on every rank
+    reduce_grads: Any = None  # DDP: average the gradients in one flat all-reduce (FSDP2 reduce-scatters in backward)
+
+def run_ranks(world: int, fsdp2: bool, device) -> Ranks:
+    "The reducers of a run of `world` processes (DDP, or FSDP2 with `fsdp2`); float64 all-reduces on `device`."
+    import torch.distributed as dist
+    def all_reduce(x, op: str):
+        t = torch.as_tensor(x, dtype=torch.float64, device=device).clone()
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        return t.cpu()
+    many = world > 1
+    return Ranks(count_mean=(lambda n: float(all_reduce([n], "SUM")[0]) / world) if many else None,
+                 rank_min=(lambda n: int(all_reduce([n], "MIN")[0])) if many else None,
+                 stats_reduce=(lambda s: all_reduce(s, "SUM")) if many else None,
+                 rank_max=max_over_ranks if fsdp2 else None,
+                 reduce_grads=(lambda ps: all_reduce_grads(ps, world)) if many and not fsdp2 else None)
+
+# %% ../nbs/10_train.ipynb #19a9753c
+def update_kw(cfg: TrainConfig, ranks: Ranks) -> dict:
+    "The `grpo_step` settings both regimes share (`06_grpo`)."
+    return dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
+                agg=cfg.loss_agg, max_len=cfg.max_new_tokens, dual_clip=cfg.dual_clip or None,
+                reduce_grads=ranks.reduce_grads, count_mean=ranks.count_mean)
+
+def warm_start_step(policy, processor, optimizer, batch, prompts, cfg: TrainConfig, step: int, format_ids: set,
+                    ranks: Ranks) -> tuple[dict, dict]:
+    "Phase 7 of a warm-start step (`09c_warmstart`): cross-entropy on the batch's offline trajectories; (log row, stats)."
+    trajs = [g[0] for g in offline_groups(batch, processor.tokenizer, cfg.max_new_tokens)]
+    uniform = [s.id in format_ids for s in batch]  # format-only samples: a uniform target over their letters
+    answer_only = step < cfg.sft_answer_steps
+    st = sft_update(policy, prompts, trajs, processor, optimizer, cfg.micro_batch_size, answer_only=answer_only,
+                    rank_max=ranks.rank_max, samples=batch, smoothing=cfg.sft_option_smoothing, uniform=uniform,
+                    prior_through=cfg.sft_format_prior, **update_kw(cfg, ranks))
+    return dict(phase="sft", answer_only=answer_only, format_only=sum(uniform)), st
+
+def grpo_phases(draw, n_prompts: int, policy, optimizer, engine, cfg: TrainConfig, ranks: Ranks, ref_model=None,
+                pad_id: int = 0) -> tuple[dict, dict]:
+    "Phases 3-7 of a GRPO step: the groups (dynamic sampling), advantages, the update; none when no group has signal."
+    first, trained, counts = collect_groups(draw, n_prompts, cfg.dynamic_sampling, cfg.max_extra_draws, ranks.rank_min)
+    if cfg.vllm_sleep: engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
+    adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, ranks.stats_reduce)  # phase 6
+    row = grpo_row(first, trained, adv, n_zero, counts)
+    signal = row["groups"] - n_zero  # groups whose rewards differ: the only source of gradient
+    if ranks.count_mean: signal = ranks.count_mean(signal)  # over all ranks: every rank takes the same branch
+    kw = dict(micro_batch_size=cfg.micro_batch_size, pad_id=pad_id, shared_prefix=cfg.shared_prefix,
+              temperature=cfg.temperature)
+    if signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy
+        gap = cfg.engine != "hf" and ranks.rank_max is None  # vLLM (not under FSDP2): the engine gap is still logged
+        return row, dict(no_signal=1, **(rollout_mismatch(policy, trained.prompts, trained.groups, **kw) if gap else {}))
+    st = grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, updates=cfg.updates_per_batch,
+                     offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind,
+                     mask_truncated=cfg.mask_truncated, rank_max=ranks.rank_max, rollout_is=rollout_is_mode(cfg),
+                     rollout_is_cap=cfg.rollout_is_cap, **kw, **update_kw(cfg, ranks))  # phase 7
+    return row, dict(st, no_signal=0)
+
 # %% ../nbs/10_train.ipynb #4fe960f1
 def train(cfg: TrainConfig) -> dict:
     "Run the configured training; return the final held-out table per problem type."
@@ -770,16 +832,7 @@ def train(cfg: TrainConfig) -> dict:
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
                                   fused=True)  # one kernel per step (6x faster on CPU, bench/optimizer.py); FSDP2: over the shards
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))  # stepped once a step on every rank: one schedule for any world size
-    reduce = (lambda ps: all_reduce_grads(ps, world)) if world > 1 and not fsdp2 else None  # FSDP2 reduce-scatters in backward
-    rank_max = max_over_ranks if fsdp2 else None  # FSDP2: equal chunks and micro-batch counts on every rank
-    def all_reduce(x, op: str):  # over ranks, in float64
-        import torch.distributed as dist
-        t = torch.as_tensor(x, dtype=torch.float64, device=acc.device).clone()
-        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
-        return t.cpu()
-    count_mean = (lambda n: float(all_reduce([n], "SUM")[0]) / world) if world > 1 else None  # global denominators
-    rank_min = (lambda n: int(all_reduce([n], "MIN")[0])) if world > 1 else None  # dynamic sampling stops on every rank together
-    stats_reduce = (lambda s: all_reduce(s, "SUM")) if world > 1 else None  # batch-normalised advantages: global statistics
+    ranks = run_ranks(world, fsdp2, acc.device)  # how losses, statistics and gradients reduce over the processes
     if engine is None: engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)  # hf: the root itself
     tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
@@ -817,7 +870,7 @@ def train(cfg: TrainConfig) -> dict:
     for step in bar:
         torch.manual_seed(step_seed(cfg.seed, step, rank)); random.seed(step_seed(cfg.seed, step, rank, 1))
         t = {}; t0 = time.time()
-        sft = step < cfg.sft_steps
+        sft = step < cfg.sft_steps  # the warm start (`09c_warmstart`), then GRPO
         if step == cfg.sft_steps: ref_model = start_grpo(optimizer, policy, cfg.reset_momentum, cfg.beta, out / "reference", main, wait)
         if not sft and t_grpo is None: t_grpo = time.time()
         pool = ([s for s in samples if s.has_offline] + (formats if step >= cfg.sft_answer_steps else [])) if sft else samples
@@ -827,34 +880,15 @@ def train(cfg: TrainConfig) -> dict:
         prompts, rprompts = load_prompts(batch, processor, vc, ic, cache, acc.device); t["load"] = time.time() - t0     # phase 2
         def draw(d):  # phases 1-5 of the d-th draw of this step's prompts (d > 0 only with dynamic sampling)
             b = batch if d == 0 else [pool[i] for i in shard(extra_prompts(len(pool), step, d, n_prompts, cfg.seed), rank, world)]
+            t1 = time.time()
             p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, acc.device)
+            t["load"] += time.time() - t1
             with torch.no_grad(), gathered(policy) if cfg.engine == "hf" else contextlib.nullcontext():  # FSDP2: one gathering
                 return draw_groups(engine, b, p, rp, offline_groups(b, tok, cfg.max_new_tokens), sampling, cfg, step, rank, t, d)
-        if sft: row = dict(phase="sft", answer_only=step < cfg.sft_answer_steps, format_only=sum(s.id in format_ids for s in batch))
-        else:
-            first, trained, counts = collect_groups(draw, len(batch), cfg.dynamic_sampling, cfg.max_extra_draws, rank_min)  # phases 3-5
-            if cfg.vllm_sleep: engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
-            adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, stats_reduce)  # phase 6
-            row = grpo_row(first, trained, adv, n_zero, counts)
-        t0 = time.time()
-        step_kw = dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high, method=cfg.loss_method,
-                       agg=cfg.loss_agg, max_len=cfg.max_new_tokens, dual_clip=cfg.dual_clip or None, reduce_grads=reduce,
-                       count_mean=count_mean)
-        signal = None if sft else row["groups"] - row["zero_var_groups"]  # groups whose rewards differ: the only source of gradient
-        if signal is not None and count_mean: signal = count_mean(signal)  # over all ranks: every rank takes the same branch
-        if sft: st = sft_update(policy, prompts, [g[0] for g in offline_groups(batch, tok, cfg.max_new_tokens)], processor, optimizer, cfg.micro_batch_size,
-                                answer_only=step < cfg.sft_answer_steps, rank_max=rank_max, samples=batch,
-                                smoothing=cfg.sft_option_smoothing, uniform=[s.id in format_ids for s in batch],
-                                prior_through=cfg.sft_format_prior, **step_kw)
-        elif signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy; with vLLM the mismatch is still logged
-            st = dict(no_signal=1, **({} if fsdp2 or cfg.engine == "hf" else rollout_mismatch(policy, trained.prompts, trained.groups, micro_batch_size=cfg.micro_batch_size,
-                                                                         pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature)))
-        else: st = dict(grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, micro_batch_size=cfg.micro_batch_size,
-                                    pad_id=pad_id, shared_prefix=cfg.shared_prefix, temperature=cfg.temperature,
-                                    updates=cfg.updates_per_batch, offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta,
-                                    kl_kind=cfg.kl_kind, mask_truncated=cfg.mask_truncated, rank_max=rank_max,
-                                    rollout_is=rollout_is_mode(cfg), rollout_is_cap=cfg.rollout_is_cap, **step_kw), no_signal=0)  # phase 7
-        scheduler.step(); t["update"] = time.time() - t0
+        t0, busy = time.time(), sum(t.values())  # phase 7 below: the time of rollouts, rewards and extra loads is not update time
+        if sft: row, st = warm_start_step(policy, processor, optimizer, batch, prompts, cfg, step, format_ids, ranks)  # phase 7
+        else: row, st = grpo_phases(draw, len(batch), policy, optimizer, engine, cfg, ranks, ref_model, pad_id)  # phases 3-7
+        scheduler.step(); t["update"] = time.time() - t0 - (sum(t.values()) - busy)
         t0 = time.time(); sync_engine(engine, policy); t["sync"] = time.time() - t0                              # phase 8
         row.update(step=step, lr=scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
                    **{f"time/{k}": v for k, v in t.items()})

@@ -1,0 +1,67 @@
+"""Time per phase of the default run's GRPO step at two revisions of the package, measured in one run.
+
+Refactors must not slow the trainer, and some remove work (issue 21: the processor ran twice per prompt per step on
+the HF engine, and the online completions were scored twice). This checks out `--before` (default bd8e651, the
+landed main before that refactor) into a temporary git worktree, then runs the same shortened default recipe
+(`python -m easyvideor1.train`, a few warm-start and GRPO steps on the synthetic suite) with the old package and
+with this working tree's, one after the other, alternating `--repeats` times. GRPO step 1 on is averaged (step 0
+fills the frame cache). Prints one Markdown table (mean seconds per phase: load = phase 2, media; rollout = 3;
+reward = 4-5; update = 6-7; sync = 8; step = their sum) for both revisions and the ratio, then `step speedup`.
+
+    OMP_NUM_THREADS=2 python bench/step_revisions.py            # ~6 minutes on 2 quiet cores
+    python bench/step_revisions.py --before <rev> --steps 8
+"""
+import argparse, json, os, subprocess, sys, tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ["load", "rollout", "reward", "update", "sync"]
+
+
+def run(tree: Path, out: Path, a) -> list[dict]:
+    "One shortened default run with the package of `tree`; its GRPO metrics rows after the first."
+    args = [f"output_dir={out}", f"seed={a.seed}", "synthetic_n=64", "synthetic_test_n=4", "synthetic_val_n=0",
+            f"sft_steps={a.sft_steps}", "sft_answer_steps=1", f"max_steps={a.steps}", "eval_every=0", "tensorboard=false"]
+    env = dict(os.environ, PYTHONPATH=str(tree), TQDM_DISABLE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    subprocess.run([sys.executable, "-m", "easyvideor1.train", *args], check=True, env=env, cwd=out.parent,
+                   stdout=subprocess.DEVNULL)
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["phase"] == "grpo"][1:]
+
+
+def means(rows: list[dict]) -> dict[str, float]:
+    m = {p: sum(r.get(f"time/{p}", 0.0) for r in rows) / len(rows) for p in PHASES}
+    return m | {"step": sum(m.values())}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--before", default="bd8e651", help="the older revision (a git rev of this repository)")
+    p.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the first is not timed)")
+    p.add_argument("--sft-steps", dest="sft_steps", type=int, default=2, help="warm-start steps before GRPO")
+    p.add_argument("--repeats", type=int, default=1, help="alternating runs per side; every timed step is averaged")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        old = tmp / "before"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), a.before], check=True)
+        try:
+            rows = {"before": [], "after": []}
+            for i in range(a.repeats):
+                for side, tree in (("before", old), ("after", ROOT)):
+                    print(f"run {i + 1}/{a.repeats}: {side}", flush=True)
+                    rows[side] += run(tree, tmp / f"{side}{i}", a)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
+    b, n = means(rows["before"]), means(rows["after"])
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"\nmean seconds per GRPO step, {len(rows['after'])} steps per side, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}")
+    print(f"| phase | before ({a.before}) | after (working tree at {head}) | before / after |\n|---|---|---|---|")
+    for k in [*PHASES, "step"]:
+        print(f"| {k} | {b[k]:.3f} | {n[k]:.3f} | {b[k] / n[k]:.2f}x |" if n[k] > 0 else f"| {k} | {b[k]:.3f} | {n[k]:.3f} | - |")
+    print(f"step speedup: {b['step'] / n['step']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -90,11 +90,11 @@ class TrainConfig:
     engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server" (vLLM's OpenAI server on loopback, started and stopped by the trainer)
     vllm_port: int = 8011  # engine=vllm_server: the port of rank 0's server (rank r listens on vllm_port + r)
     vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
-    prompts_per_step: int = 4  # prompts per optimizer step, over all ranks
-    group_size: int = 8  # G: completions per prompt
-    temperature: float = 1.0  # sampling temperature
+    prompts_per_step: int = 16  # prompts per optimizer step, over all ranks
+    group_size: int = 4  # G: completions per prompt
+    temperature: float = 0.7  # sampling temperature (below 1: the tail of the 151,936-token softmax stops breaking the format of a tiny policy; the PPO ratio and KL use the same temperature)
     top_p: float = 1.0  # nucleus sampling
-    max_new_tokens: int = 48  # response budget in tokens
+    max_new_tokens: int = 16  # response budget in tokens
     # --- GRPO
     adv_method: str = "grpo"  # grpo, dr_grpo, rloo, reinforce_pp
     loss_method: str = "ppo"  # ppo, gspo, cispo
@@ -110,7 +110,7 @@ class TrainConfig:
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
     dynamic_sampling: bool = True  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
-    max_extra_draws: int = 3  # dynamic sampling: extra draws per step at most (zero-variance groups then fill the rest)
+    max_extra_draws: int = 1  # dynamic sampling: extra draws per step at most (zero-variance groups then fill the rest)
     mask_truncated: bool = False  # DAPO: completions cut at max_new_tokens get no loss
     overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_new_tokens (0: off)
     overlong_penalty: float = 1.0  # that penalty at max_new_tokens, in reward units
@@ -121,21 +121,21 @@ class TrainConfig:
     offline_threshold: float = -1.0  # mix only when online accuracy is below this (<0: always)
     offpolicy: str = "none"  # none, is_clip, luffy
     # --- optimisation
-    lr: float = 5e-4  # AdamW learning rate (GRPO phase)
+    lr: float = 1e-3  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
     sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
     sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
     sft_format_sources: str = "synthetic/color"  # warm start, after its answer-only steps: multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
-    sft_format_prior: str = "network"  # what a format-only sample's uniform letter target trains: the whole network (the recipe the learning guard holds), or only the letters' output rows, its trajectory ending at the letter ("rows": leaves the layers that read the clip free to learn colour, but with the default GRPO settings it failed the guard on both seeds)
+    sft_format_prior: str = "rows"  # what a format-only sample's uniform letter target trains: only the letters' output rows, its trajectory ending at the letter (the layers that read the clip stay free to learn colour), or the whole network ("network": it teaches them to ignore the clip, and GRPO then learned colour on some seeds only)
     sft_option_smoothing: float = 0.0  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
-    lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
+    lr_decay_steps: int = 15  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 40  # GRPO steps
+    max_steps: int = 30  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
@@ -840,14 +840,15 @@ def train(cfg: TrainConfig) -> dict:
     # --- resume
     state = load_checkpoint(policy, optimizer, scheduler, out, vc.hash) if cfg.resume else None
     start, best = (state["step"], state.get("best")) if state else (0, None)
+    total = cfg.sft_steps + cfg.max_steps
     if state: sync_engine(engine, policy)  # the restored weights, before the first resumed rollout
     ref_model = load_reference(policy, out / "reference") if cfg.beta > 0 and start > cfg.sft_steps else None
     mpath, epath = out / "metrics.jsonl", out / "evals.jsonl"
     history, warned = [], set()
     if main:
-        for p in (mpath, epath):  # drop what a crashed run logged after its last checkpoint
-            rows = [r for r in read_jsonl(p, torn_tail=True) if r["step"] < start]
-            atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))
+        for p, last in ((mpath, start - 1), (epath, start if 0 < start < total else start - 1)):  # drop what a crashed run logged
+            rows = [r for r in read_jsonl(p, torn_tail=True) if r["step"] <= last]  # after its last checkpoint (step start)
+            atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))  # the evaluation at `start` came before it
         history = read_jsonl(mpath, torn_tail=True)
         acc.init_trackers("easyvideor1", config={k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()})
     def run_eval(step):
@@ -865,7 +866,7 @@ def train(cfg: TrainConfig) -> dict:
         state = dict(step=step, config=asdict(cfg), contract_hash=vc.hash, video_contract=vc.to_dict(), image_contract=ic.to_dict(), best=best)
         save_checkpoint(policy, processor, optimizer, scheduler, state, out, cfg.keep_checkpoints, main, wait)
     if start == 0: evaluate_and_keep(0)
-    total, t_grpo = cfg.sft_steps + cfg.max_steps, None
+    t_grpo = None
     bar = tqdm(range(start, total), initial=start, total=total, disable=not main, desc="train")
     for step in bar:
         torch.manual_seed(step_seed(cfg.seed, step, rank)); random.seed(step_seed(cfg.seed, step, rank, 1))

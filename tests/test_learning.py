@@ -54,5 +54,7 @@ def test_grpo_updates_with_signal_and_keeps_the_format(guard_runs, seed):
     updated = [r for r in grpo if not r["no_signal"]]
     assert len(updated) >= GUARD["max_steps"] // 2 and all(r["grad_norm"] > 0 for r in updated), [r["no_signal"] for r in grpo]
     # sampling the full softmax, single steps dip (0.42 once on a healthy run); a collapse stays down and grows the responses
-    assert sum(r["format"] for r in grpo[-4:]) / 4 >= 0.7 and max(r["response_len"] for r in grpo) < 0.5 * 48, [
+    from easyvideor1.train import TrainConfig
+    budget = TrainConfig().max_new_tokens  # a healthy answer is ~7 tokens; a collapse runs to the budget
+    assert sum(r["format"] for r in grpo[-4:]) / 4 >= 0.7 and max(r["response_len"] for r in grpo) < 0.75 * budget, [
         (r["step"], r["format"], r["response_len"]) for r in grpo]

@@ -157,6 +157,20 @@ def test_resume_after_the_hand_over_with_a_reference(tiny_suite, tmp_path):
     assert (full / "params_rank0.sha256").read_text() == (part / "params_rank0.sha256").read_text()
 
 
+def test_resume_from_the_hand_over_keeps_its_evaluation(tiny_suite, tmp_path):
+    "A run resumed from the hand-over checkpoint keeps the evaluation made there (it precedes that checkpoint), so its final table still has the warm-start column."
+    out = tmp_path / "run"
+    _suite_link(tiny_suite, out)
+    train(load_config(overrides=dict(TINY, output_dir=str(out), max_steps=0)))  # the warm start alone: evaluated and saved at step 1
+    hand = TINY["sft_steps"]
+    assert [e["step"] for e in read_jsonl(out / "evals.jsonl")] == [0, hand]
+    train(load_config(overrides=dict(TINY, output_dir=str(out), max_steps=2, resume=True)))
+    assert [e["step"] for e in read_jsonl(out / "evals.jsonl")] == [0, hand, hand + 2]
+    assert "after warm start" in (out / "final.md").read_text()
+    train(load_config(overrides=dict(TINY, output_dir=str(out), max_steps=2, resume=True)))  # finished: evaluated again, not twice
+    assert [e["step"] for e in read_jsonl(out / "evals.jsonl")] == [0, hand, hand + 2]
+
+
 def _free_port() -> int:
     import socket
     with socket.socket() as s:

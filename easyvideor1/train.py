@@ -92,7 +92,7 @@ class TrainConfig:
     vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
     prompts_per_step: int = 16  # prompts per optimizer step, over all ranks
     group_size: int = 4  # G: completions per prompt
-    temperature: float = 0.7  # sampling temperature (below 1: the tail of the 151,936-token softmax stops breaking the format of a tiny policy; the PPO ratio and KL use the same temperature)
+    temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
     max_new_tokens: int = 16  # response budget in tokens
     # --- GRPO
@@ -121,7 +121,7 @@ class TrainConfig:
     offline_threshold: float = -1.0  # mix only when online accuracy is below this (<0: always)
     offpolicy: str = "none"  # none, is_clip, luffy
     # --- optimisation
-    lr: float = 1e-3  # AdamW learning rate (GRPO phase)
+    lr: float = 7e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
     sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
     sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
@@ -132,10 +132,10 @@ class TrainConfig:
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
-    lr_decay_steps: int = 15  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
+    lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 30  # GRPO steps
+    max_steps: int = 40  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints

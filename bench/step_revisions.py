@@ -3,7 +3,7 @@
 Refactors must not slow the trainer, and some remove work (issue 21: the processor ran twice per prompt per step on
 the HF engine, and the online completions were scored twice). This checks out `--before` (default bd8e651, the
 landed main before that refactor) into a temporary git worktree, then runs the same shortened default recipe
-(`python -m easyvideor1.train`, a few warm-start and GRPO steps on the synthetic suite) with the old package and
+(`python -m easyvideor1.train`, a few warm-start and GRPO steps on the synthetic suite, the recipe pinned by `RECIPE`) with the old package and
 with this working tree's, one after the other, alternating `--repeats` times. GRPO step 1 on is averaged (step 0
 fills the frame cache). Prints one Markdown table (mean seconds per phase: load = phase 2, media; rollout = 3;
 reward = 4-5; update = 6-7; sync = 8; step = their sum) for both revisions and the ratio, then `step speedup`.
@@ -16,12 +16,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["load", "rollout", "reward", "update", "sync"]
+RECIPE = ["prompts_per_step=4", "group_size=8", "max_new_tokens=16", "max_extra_draws=1", "temperature=1.0", "lr=5e-4",
+          "max_minutes=0"]  # keys both revisions know; an untrained policy rarely stops early, so the budget sets rollout time
 
 
 def run(tree: Path, out: Path, a) -> list[dict]:
     "One shortened default run with the package of `tree`; its GRPO metrics rows after the first."
     args = [f"output_dir={out}", f"seed={a.seed}", "synthetic_n=64", "synthetic_test_n=4", "synthetic_val_n=0",
-            f"sft_steps={a.sft_steps}", "sft_answer_steps=1", f"max_steps={a.steps}", "eval_every=0", "tensorboard=false"]
+            f"sft_steps={a.sft_steps}", "sft_answer_steps=1", f"max_steps={a.steps}", "eval_every=0", "tensorboard=false",
+            *RECIPE]  # the same recipe on both sides: the defaults changed between revisions
     env = dict(os.environ, PYTHONPATH=str(tree), TQDM_DISABLE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     subprocess.run([sys.executable, "-m", "easyvideor1.train", *args], check=True, env=env, cwd=out.parent,
                    stdout=subprocess.DEVNULL)

@@ -5,27 +5,29 @@
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
 import dataclasses, inspect, json, math, os, random, re, shutil, time
-from dataclasses import dataclass, field, fields, asdict
+from dataclasses import dataclass, fields, asdict
 from pathlib import Path
 from typing import Any
 
 import contextlib, copy
 import numpy as np
 import torch
-import yaml
 from tqdm.auto import tqdm
 
 from .cache import FrameCache
+from .checkpoint import (CKPT_RE, checkpoint_dirs, load_checkpoint, load_weights, save_checkpoint,
+                                    save_model_folder)
+from .config import CONFIG_RANGES, TrainConfig, check_config, config_help, load_config, rollout_is_mode
 from .evaluate import score_extras, score_row
 from .data import load_media, prompt_inputs, unwrap_vlm
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
-from .lora import (LORA_TARGET, apply_lora, has_adapters, load_adapter, load_lora_reference, lora_reference,
-                              reference_model, save_adapter, save_merged, tower_frozen, use_vision_features)
+from .lora import (apply_lora, has_adapters, load_lora_reference, lora_reference, reference_model,
+                              tower_frozen, use_vision_features)
 from .grpo import (MicroBatch, check_loss_config, fill_groups, global_n_total, group_advantages, group_has_signal,
                               grpo_step, overlong_penalty)
 from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm, save_vlm
-from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, load_sharded, max_over_ranks,
-                                  pad_micro_batches, save_sharded, shard_fsdp2)
+from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, max_over_ranks,
+                                  pad_micro_batches, shard_fsdp2)
 from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
 from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offpolicy_loss_fn,
                                 pad_trajectories, plan_groups, replay_metrics)
@@ -33,301 +35,30 @@ from .rewards import compute_scores
 from .rollout import HFEngine, SamplingConfig, VLLMEngine, VLLMServer, rollout_prompt, use_released_positions
 from .synthetic import atomic_write_text, make_suite, read_jsonl
 from .warmstart import format_only, sft_update
-from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
+from .validate import validate_rows
 from .video import ImageContract, VideoContract
 
 # %% auto #0
-__all__ = ['CONFIG_RANGES', 'CKPT_RE', 'MISMATCH_CAUSES', 'TrainConfig', 'config_help', 'load_config', 'rollout_is_mode',
-           'check_config', 'checkpoint_dirs', 'step_seed', 'save_model_folder', 'save_checkpoint', 'load_weights',
-           'load_checkpoint', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
+__all__ = ['MISMATCH_CAUSES', 'step_seed', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
            'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'online_rollout_logp',
            'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update', 'evaluate_split',
            'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
            'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
            'load_reference', 'keep_best', 'Ranks', 'run_ranks', 'update_kw', 'warm_start_step', 'grpo_phases', 'train',
-           'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main']
+           'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main', 'TrainConfig', 'CONFIG_RANGES',
+           'config_help', 'load_config', 'check_config', 'rollout_is_mode', 'CKPT_RE', 'checkpoint_dirs',
+           'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint']
 
-# %% ../nbs/10_train.ipynb #815ccc2f
-@dataclass
-class TrainConfig:
-    "Everything a training run needs; YAML file + `key=value` overrides."
-    # --- data
-    data: str = ""  # training JSON/JSONL in the original sample format; "" generates the synthetic suite
-    eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
-    val_data: str = ""  # validation JSON/JSONL that picks the best checkpoint ("" = the synthetic suite's val split; none with `data`)
-    media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
-    strict_data: bool = False  # refuse the run at the first invalid data row (False: skip invalid rows, listed in validation-*.md)
-    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS  # a longer question (with options) is an invalid row
-    synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
-    synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
-    synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}, "direction": {"square": 32}})  # generator keywords per task (a 32 px square: the warm start learns direction in ~60 steps on every seed measured, a 16 px one took 150 to over 220)
-    synthetic_n: int = 1000  # synthetic training samples per task
-    synthetic_test_n: int = 64  # synthetic held-out samples per task
-    synthetic_val_n: int = 32  # synthetic validation samples per task (0: no validation split)
-    offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
-    synthetic_think: bool = False  # synthetic offline trajectories reason in <think> first (False: <answer> only)
-    # --- model
-    model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
-    dtype: str = "float32"  # float32 or bfloat16
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass
-    lora_rank: int = 0  # LoRA rank of the adapters PEFT trains (0: full fine-tuning, every weight trained)
-    lora_alpha: float = 32.0  # LoRA scale numerator: the update is (lora_alpha / lora_rank) B A
-    lora_dropout: float = 0.0  # dropout on the adapters' input (0: log-prob passes at one set of weights agree exactly)
-    lora_target: str = LORA_TARGET  # regex over whole module names of the adapted layers (default: the language model's attention and MLP; the vision tower stays frozen)
-    parallel: str = "ddp"  # ddp (plain model, one flat gradient all-reduce) or fsdp2 (torch fully_shard per vision block / decoder layer + root; accelerate only launches)
-    # --- media budgets (separate for videos and images)
-    video_fps: float = 2.0  # frames sampled per second of video
-    video_max_frames: int = 8  # at most this many frames per video
-    video_min_pixels: int = 3136  # per frame
-    video_max_pixels: int = 12544  # per frame (112 x 112)
-    video_total_pixels: int = 0  # per video, 0 = no extra cap
-    image_min_pixels: int = 3136  # per image
-    image_max_pixels: int = 12544  # per image
-    cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
-    frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
-    vision_feature_cache: str = "auto"  # auto: a frozen vision tower (LoRA's default) runs once per medium, its outputs kept beside the frames (with frame_cache); off: in every pass
-    # --- rollout
-    engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server" (vLLM's OpenAI server on loopback, started and stopped by the trainer)
-    vllm_port: int = 8011  # engine=vllm_server: the port of rank 0's server (rank r listens on vllm_port + r)
-    vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
-    prompts_per_step: int = 16  # prompts per optimizer step, over all ranks
-    group_size: int = 4  # G: completions per prompt
-    temperature: float = 1.0  # sampling temperature
-    top_p: float = 1.0  # nucleus sampling
-    max_new_tokens: int = 16  # response budget in tokens
-    # --- GRPO
-    adv_method: str = "grpo"  # grpo, dr_grpo, rloo, reinforce_pp
-    loss_method: str = "ppo"  # ppo, gspo, cispo
-    loss_agg: str = "token_mean"  # token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
-    clip_low: float = 0.2  # PPO lower clip
-    clip_high: float = 0.28  # PPO upper clip
-    dual_clip: float = 0.0  # PPO dual-clip constant c > 1 for negative advantages (0: off)
-    beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
-    kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
-    updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
-    rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]); auto = tis with a vLLM engine, none with hf
-    rollout_is_cap: float = 2.0  # C of rollout_is (> 1)
-    micro_batch_size: int = 16  # completions per forward/backward
-    shared_prefix: bool = True  # forward each group's prompt once (when available)
-    dynamic_sampling: bool = True  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
-    max_extra_draws: int = 1  # dynamic sampling: extra draws per step at most (zero-variance groups then fill the rest)
-    mask_truncated: bool = False  # DAPO: completions cut at max_new_tokens get no loss
-    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_new_tokens (0: off)
-    overlong_penalty: float = 1.0  # that penalty at max_new_tokens, in reward units
-    strict_format: bool = True  # full format reward only for "(<think>..</think>) <answer>..</answer>" and nothing else
-    # --- replay (offline trajectories)
-    offline_mode: str = "replace"  # replace, add, or none
-    offline_per_group: int = 1  # offline trajectories per eligible group
-    offline_threshold: float = -1.0  # mix only when online accuracy is below this (<0: always)
-    offpolicy: str = "none"  # none, is_clip, luffy
-    # --- optimisation
-    lr: float = 7e-4  # AdamW learning rate (GRPO phase)
-    sft_lr: float = 1e-3  # learning rate of the warm start
-    sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
-    sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
-    sft_format_sources: str = "synthetic/color"  # warm start, after its answer-only steps: multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
-    sft_format_prior: str = "rows"  # what a format-only sample's uniform letter target trains: only the letters' output rows, its trajectory ending at the letter (the layers that read the clip stay free to learn colour), or the whole network ("network": it teaches them to ignore the clip, and GRPO then learned colour on some seeds only)
-    sft_option_smoothing: float = 0.0  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
-    sft_batch_size: int = 16  # samples per warm-start step
-    betas: str = "0.9,0.95"  # AdamW betas
-    weight_decay: float = 0.0  # AdamW weight decay
-    warmup_steps: int = 10  # linear warm-up steps (each phase)
-    lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
-    reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
-    max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 40  # GRPO steps
-    max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
-    seed: int = 0  # seeds model init, data order and sampling
-    # --- logging, evaluation, checkpoints
-    output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
-    log_every: int = 1  # steps between TensorBoard points and progress-bar updates (metrics.jsonl gets every step)
-    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
-    eval_n: int = 0  # held-out samples per evaluation (0: all)
-    save_every: int = 0  # steps between checkpoints (0: only at the end)
-    keep_checkpoints: int = 2  # checkpoints kept on disk
-    resume: bool = False  # continue from the newest checkpoint in output_dir
-    tensorboard: bool = True  # log to TensorBoard through accelerate's trackers
-
-# %% ../nbs/10_train.ipynb #f67bb5f1
-def config_help() -> dict[str, str]:
-    "Field name -> its comment in `TrainConfig`'s source (the CLI help)."
-    try: src = inspect.getsource(TrainConfig)
-    except (OSError, TypeError):  # defined in a notebook cell: read the exported module's copy
-        from easyvideor1 import train as exported
-        src = inspect.getsource(exported.TrainConfig)
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+): [^=\n]+=[^\n]*?  # (.*)$", src, re.M)}
-
-# %% ../nbs/10_train.ipynb #688c5bc0
-def _convert(name: str, value: Any, default: Any) -> Any:
-    "Convert a YAML / command-line value to the type of the field's default."
-    if isinstance(default, dict):  # a YAML mapping, or its flow form on the command line: {color: {square: 40}}
-        v = yaml.safe_load(value) if isinstance(value, str) else value
-        if not isinstance(v, dict): raise ValueError(f"config: {name}={value!r} is not a mapping")
-        return v
-    if isinstance(default, bool):
-        if isinstance(value, bool): return value
-        if str(value).lower() in ("1", "true", "yes", "on"): return True
-        if str(value).lower() in ("0", "false", "no", "off"): return False
-        raise ValueError(f"config: {name}={value!r} is not a boolean")
-    try: return type(default)(value)
-    except (TypeError, ValueError) as e: raise ValueError(f"config: {name}={value!r} is not a {type(default).__name__}") from e
-
-def load_config(
-    path: str | Path | None = None,  # YAML file of field: value (None: defaults)
-    overrides: list[str] | dict | None = None,  # "key=value" strings (command line) or a dict
-) -> TrainConfig:
-    "A `TrainConfig` from a YAML file and overrides; unknown or ill-typed keys are errors naming the key."
-    values = {}
-    if path is not None:
-        if not Path(path).is_file(): raise ValueError(f"config: --config {path}: no such file")
-        try: data = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as e: raise ValueError(f"config: {path}: not valid YAML: {e}") from None
-        if not isinstance(data, dict): raise ValueError(f"config: {path} must hold a mapping of field: value")
-        values.update({k: (v, str(path)) for k, v in data.items()})
-    if isinstance(overrides, dict): values.update({k: (v, "overrides") for k, v in overrides.items()})
-    for o in [] if overrides is None or isinstance(overrides, dict) else overrides:
-        if "=" not in o: raise ValueError(f"config: override {o!r} is not key=value")
-        k, v = o.split("=", 1)
-        values[k.strip()] = (v.strip(), "command line")
-    defaults = TrainConfig()
-    known = {f.name for f in fields(TrainConfig)}
-    kw = {}
-    for k, (v, where) in values.items():
-        if k not in known: raise ValueError(f"config: unknown key {k!r} in {where}; known keys: {', '.join(sorted(known))}")
-        kw[k] = _convert(k, v, getattr(defaults, k))
-    return check_config(TrainConfig(**kw))
-
-def _choices(*names): return (lambda v: v in names, f"one of {', '.join(map(repr, names))}")
-def _at_least(lo, strict=False): return ((lambda v: v > lo), f"> {lo}") if strict else ((lambda v: v >= lo), f">= {lo}")
-
-CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before anything runs
-    **{k: _at_least(1) for k in ("prompts_per_step", "group_size", "micro_batch_size", "sft_batch_size", "max_new_tokens",
-                                 "updates_per_batch", "synthetic_n", "synthetic_test_n", "video_max_frames", "max_prompt_chars",
-                                 "log_every")},
-    **{k: _at_least(0) for k in ("max_steps", "sft_steps", "sft_answer_steps", "warmup_steps", "lr_decay_steps", "eval_every",
-                                 "eval_n", "save_every", "keep_checkpoints", "max_extra_draws", "overlong_buffer", "synthetic_val_n",
-                                 "offline_per_group", "beta", "weight_decay", "max_minutes", "clip_low", "clip_high", "video_total_pixels")},
-    **{k: _at_least(0, strict=True) for k in ("temperature", "lr", "sft_lr", "max_grad_norm", "video_fps", "video_min_pixels",
-                                              "video_max_pixels", "image_min_pixels", "image_max_pixels", "lora_alpha")},
-    "lora_rank": _at_least(0), "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"), "sft_format_prior": _choices("network", "rows"), "vision_feature_cache": _choices("auto", "off"),
-    "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
-    "engine": _choices("hf", "vllm", "vllm_server"), "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"), "rollout_is": _choices("auto", "none", "tis", "mis"),
-    "rollout_is_cap": _at_least(1, strict=True), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
-}
-
-def rollout_is_mode(cfg: TrainConfig) -> str:
-    "The rollout correction a run uses: `rollout_is`, with 'auto' = 'tis' for either vLLM engine and 'none' for the in-process HF engine."
-    return ("none" if cfg.engine == "hf" else "tis") if cfg.rollout_is == "auto" else cfg.rollout_is
-
-def check_config(cfg: TrainConfig) -> TrainConfig:
-    "Every value within its range (`CONFIG_RANGES`), and the few rules between keys; errors name the key and what is allowed."
-    for k, (ok, allowed) in CONFIG_RANGES.items():
-        if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
-    if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
-        raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
-    if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm' (colocated; a server sleeps by its own flags), got engine={cfg.engine!r}")
-    if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
-    return cfg
+# %% ../nbs/10_train.ipynb #c0f1a2b4
+# importable from here as before: the names of 09e_config, then those of 09f_checkpoint
+_all_ = ["TrainConfig", "CONFIG_RANGES", "config_help", "load_config", "check_config", "rollout_is_mode",
+         "CKPT_RE", "checkpoint_dirs", "save_model_folder", "save_checkpoint",
+         "load_weights", "load_checkpoint"]
 
 # %% ../nbs/10_train.ipynb #56f26ddf
-CKPT_RE = re.compile(r"^step_(\d{6,})$")
-
-def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
-    "Complete checkpoints in `output_dir/checkpoints`, oldest first (temporary folders ignored)."
-    root = Path(output_dir) / "checkpoints"
-    if not root.exists(): return []
-    found = [p for p in root.iterdir() if p.is_dir() and CKPT_RE.match(p.name) and (p / "trainer_state.json").exists()]
-    return sorted(found, key=lambda p: int(CKPT_RE.match(p.name)[1]))
-
 def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
     "A seed that is a pure function of (seed, step, rank): resumed runs sample exactly as uninterrupted ones."
     return int(np.random.SeedSequence([seed, step, rank, salt]).generate_state(1)[0])
-
-# %% ../nbs/10_train.ipynb #ab057be5
-def save_model_folder(model, folder: str | Path, processor=None, is_main: bool = True):
-    "A transformers model folder (and the processor) written by the main process; an FSDP2 model is gathered first (call it on every rank)."
-    if has_adapters(model): return save_merged(model, folder, processor, is_main)  # LoRA: the adapters merged in (`09b_lora`)
-    sd = full_state_dict(model) if fsdp_modules(model) else None  # a collective: full tensors on rank 0, {} elsewhere
-    if is_main:
-        unwrap_vlm(model).save_pretrained(folder, **({} if sd is None else dict(state_dict=sd)))
-        if processor is not None: processor.save_pretrained(folder)
-
-def save_checkpoint(
-    model,  # the plain model (identical on every data-parallel rank), or an FSDP2 root (`shard_fsdp2`)
-    processor,  # saved beside the weights so the folder loads on its own
-    optimizer,  # its state goes to optimizer.pt (FSDP2: with the model's shards to sharded/)
-    scheduler,  # its state goes to scheduler.json
-    state: dict,  # trainer state: step, config, contract hash, ...
-    output_dir: str | Path,  # run folder
-    keep: int = 2,  # newest checkpoints kept
-    is_main: bool = True,  # only the main process writes (FSDP2: every rank writes its shards)
-    wait=lambda: None,  # a barrier over ranks
-) -> Path:
-    "Write `checkpoints/step_NNNNNN` atomically (temporary folder + rename); return its path."
-    root = Path(output_dir) / "checkpoints"
-    final, tmp = root / f"step_{state['step']:06d}", root / f".tmp-step_{state['step']:06d}"
-    sharded = bool(fsdp_modules(model))
-    wait()
-    if is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    if sharded:
-        wait()  # the folder exists before any rank writes into it
-        save_sharded(tmp / "sharded", model, optimizer)  # model + optimizer shards (torch.distributed.checkpoint): exact resume
-    if has_adapters(model): save_adapter(model, tmp / "adapter", processor, is_main)  # LoRA: PEFT's format + the base's digest
-    else: save_model_folder(model, tmp / "model", processor, is_main)  # FSDP2: gathered on rank 0, still an AutoModel folder
-    if is_main:
-        if not sharded: torch.save(optimizer.state_dict(), tmp / "optimizer.pt")  # tensors and numbers: loads with weights_only=True
-        (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1, default=str))
-        if final.exists(): shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in checkpoint_dirs(output_dir)[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
-    wait()
-    return final
-
-# %% ../nbs/10_train.ipynb #34b2c6ef
-def load_weights(model, folder: str | Path):
-    "Copy the weights of a saved transformers folder into `model`, exactly (transformers renames keys on save)."
-    from transformers import AutoModelForImageTextToText
-    saved = AutoModelForImageTextToText.from_pretrained(folder, dtype=next(model.parameters()).dtype)
-    model.load_state_dict(saved.state_dict())  # strict: every key must match
-    return model
-
-def load_checkpoint(
-    model,  # the plain model, weights overwritten (or an FSDP2 root: its shards)
-    optimizer,  # state overwritten
-    scheduler,  # state overwritten
-    output_dir: str | Path,  # run folder
-    contract_hash: str | None = None,  # the run's video contract hash: a checkpoint made under another is refused
-) -> dict | None:
-    "Restore the newest complete checkpoint; return its trainer state (None when there is none)."
-    ckpts = checkpoint_dirs(output_dir)
-    if not ckpts: return None
-    ck = ckpts[-1]
-    state = json.loads((ck / "trainer_state.json").read_text())
-    if contract_hash is not None and state.get("contract_hash") != contract_hash:
-        raise ValueError(f"{ck}: made under video contract {state.get('contract_hash')}, this run uses {contract_hash}; "
-                         "resume with the same media settings or start a new output_dir")
-    if fsdp_modules(model):  # FSDP2: every rank reads its own shards of the model and the optimizer
-        if not (ck / "sharded").exists(): raise ValueError(f"{ck}: no sharded/ state (a parallel=ddp checkpoint); resume with parallel=ddp")
-        load_sharded(ck / "sharded", model, optimizer)
-        scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
-        return state
-    if not (ck / "optimizer.pt").exists(): raise ValueError(f"{ck}: no optimizer.pt (a parallel=fsdp2 checkpoint); resume with parallel=fsdp2")
-    if has_adapters(model) != (ck / "adapter").exists():
-        raise ValueError(f"{ck}: a {'LoRA' if (ck / 'adapter').exists() else 'full fine-tuning'} checkpoint; resume with the same lora_rank")
-    if has_adapters(model): load_adapter(model, ck / "adapter")  # the base was rebuilt; its digest is checked
-    else: load_weights(model, ck / "model")
-    dev = next(model.parameters()).device
-    try: opt_state = torch.load(ck / "optimizer.pt", map_location=dev, weights_only=True)
-    except Exception as e:  # weights_only refuses anything but tensors and plain containers
-        raise ValueError(f"{ck / 'optimizer.pt'}: not a plain optimizer state ({type(e).__name__}: {e}); refusing to resume") from e
-    optimizer.load_state_dict(opt_state)
-    scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
-    return state
 
 # %% ../nbs/10_train.ipynb #19a96d4b
 def sample_prompts(

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
-import dataclasses, inspect, json, math, os, random, re, shutil, time
+import inspect, json, os, random, re, shutil, time
 from dataclasses import dataclass, fields, asdict
 from pathlib import Path
 from typing import Any
@@ -18,47 +18,50 @@ from .cache import FrameCache
 from .checkpoint import (CKPT_RE, checkpoint_dirs, load_checkpoint, load_weights, save_checkpoint,
                                     save_model_folder)
 from .config import CONFIG_RANGES, TrainConfig, check_config, config_help, load_config, rollout_is_mode
-from .evaluate import score_extras, score_row
-from .data import load_media, prompt_inputs, unwrap_vlm
+from .evaluate import score_row
+from .data import unwrap_vlm
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
-from .lora import (apply_lora, has_adapters, load_lora_reference, lora_reference, reference_model,
-                              tower_frozen, use_vision_features)
-from .grpo import (MicroBatch, check_loss_config, fill_groups, global_n_total, group_advantages, group_has_signal,
-                              grpo_step, overlong_penalty)
-from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm, save_vlm
+from .lora import (apply_lora, has_adapters, load_lora_reference, lora_reference, tower_frozen,
+                              use_vision_features)
+from .grpo import check_loss_config
+from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm
 from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, max_over_ranks,
-                                  pad_micro_batches, shard_fsdp2)
-from .prefix import PrefixLogp, enable_checkpointing, group_micro_batches
-from .replay import (Trajectory, check_offpolicy_data, mix_group, offline_trajectories, offpolicy_loss_fn,
-                                pad_trajectories, plan_groups, replay_metrics)
-from .rewards import compute_scores
-from .rollout import HFEngine, SamplingConfig, VLLMEngine, VLLMServer, rollout_prompt, use_released_positions
+                                  shard_fsdp2)
+from .prefix import enable_checkpointing
+from .replay import check_offpolicy_data
+from .rollout import HFEngine, SamplingConfig, use_released_positions
+from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advantages, grpo_row,
+                              grpo_update, load_prompts, make_engine, MISMATCH_CAUSES, mismatch_metrics,
+                              mismatch_warning, mix_offline, offline_groups, online_rollout_logp, replay_rows,
+                              rollout_gap, rollout_groups, rollout_mismatch, score_groups, step_micro_batches,
+                              step_seed, sync_engine)
 from .synthetic import atomic_write_text, make_suite, read_jsonl
 from .warmstart import format_only, sft_update
 from .validate import validate_rows
 from .video import ImageContract, VideoContract
 
 # %% auto #0
-__all__ = ['MISMATCH_CAUSES', 'step_seed', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
-           'score_groups', 'mix_offline', 'rollout_groups', 'make_engine', 'sync_engine', 'online_rollout_logp',
-           'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update', 'evaluate_split',
-           'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'all_reduce_grads',
-           'prepare_data', 'contracts', 'lr_lambda', 'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'keep_best', 'Ranks', 'run_ranks', 'update_kw', 'warm_start_step', 'grpo_phases', 'train',
-           'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main', 'TrainConfig', 'CONFIG_RANGES',
-           'config_help', 'load_config', 'check_config', 'rollout_is_mode', 'CKPT_RE', 'checkpoint_dirs',
-           'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint']
+__all__ = ['sample_prompts', 'shard', 'evaluate_split', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda',
+           'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best', 'Ranks',
+           'run_ranks', 'update_kw', 'warm_start_step', 'grpo_phases', 'train', 'TrainerCode', 'trainer_code',
+           'write_param_digest', 'parse_args', 'main', 'TrainConfig', 'CONFIG_RANGES', 'config_help', 'load_config',
+           'check_config', 'rollout_is_mode', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint',
+           'load_weights', 'load_checkpoint', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups',
+           'rollout_groups', 'make_engine', 'sync_engine', 'score_groups', 'mix_offline', 'Draw', 'draw_groups',
+           'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'step_micro_batches', 'grpo_update',
+           'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'MISMATCH_CAUSES', 'mismatch_warning',
+           'rollout_mismatch']
 
 # %% ../nbs/10_train.ipynb #c0f1a2b4
-# importable from here as before: the names of 09e_config, then those of 09f_checkpoint
+# importable from here as before: the names of 09e_config, 09f_checkpoint and 09g_step
 _all_ = ["TrainConfig", "CONFIG_RANGES", "config_help", "load_config", "check_config", "rollout_is_mode",
          "CKPT_RE", "checkpoint_dirs", "save_model_folder", "save_checkpoint",
-         "load_weights", "load_checkpoint"]
-
-# %% ../nbs/10_train.ipynb #56f26ddf
-def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
-    "A seed that is a pure function of (seed, step, rank): resumed runs sample exactly as uninterrupted ones."
-    return int(np.random.SeedSequence([seed, step, rank, salt]).generate_state(1)[0])
+         "load_weights", "load_checkpoint",
+         "step_seed", "load_prompts", "replay_rows", "offline_groups", "rollout_groups", "make_engine",
+         "sync_engine", "score_groups", "mix_offline", "Draw", "draw_groups", "extra_prompts",
+         "collect_groups", "grpo_advantages", "grpo_row", "step_micro_batches", "grpo_update",
+         "online_rollout_logp", "rollout_gap", "mismatch_metrics", "MISMATCH_CAUSES", "mismatch_warning",
+         "rollout_mismatch"]
 
 # %% ../nbs/10_train.ipynb #19a96d4b
 def sample_prompts(
@@ -79,152 +82,6 @@ def shard(items: list, rank: int, world_size: int) -> list:
     n = len(items) // world_size
     return items[rank * n:(rank + 1) * n]
 
-# %% ../nbs/10_train.ipynb #42650fab
-def load_prompts(samples, processor, video_contract, image_contract, cache=None, device="cpu") -> tuple[list, list]:
-    "Phase 2: frames + metadata from the cache; each prompt as checked model inputs (`05_data`, on `device`) and as a rollout prompt (`08_rollout`)."
-    media = [load_media(s, video_contract, image_contract, cache) for s in samples]
-    return ([prompt_inputs(processor, s, m).to(device) for s, m in zip(samples, media)],
-            [rollout_prompt(processor, s, m) for s, m in zip(samples, media)])
-
-def replay_rows(samples) -> list[dict]:
-    "The replay fields of data `Sample`s, in the original format that `07_replay` reads."
-    return [dict(problem_id=s.id, has_offline_trajectory=s.has_offline, offline_output=s.offline_output,
-                 offline_logprobs=s.offline_logprobs) for s in samples]
-
-def offline_groups(samples, tokenizer, max_new_tokens: int) -> list[list[Trajectory]]:
-    "Phase 4 inputs: each sample's offline trajectories, tokenised with end-of-turn, cut to the budget, with stored behaviour log-probs (`07_replay`)."
-    return [offline_trajectories(r, tokenizer, max_new_tokens, sample_id=r["problem_id"]) for r in replay_rows(samples)]
-
-def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[list[dict]], Any]:
-    "Phase 5: route every completion of every group to its problem type's scorer (`04_rewards`); rewards set in place."
-    flat = [(s, t) for s, g in zip(samples, groups) for t in g]
-    scores, stats = compute_scores([t.text for _, t in flat], [s.answer for s, _ in flat], [s.problem_type for s, _ in flat],
-                                   [score_extras(s) for s, _ in flat],
-                                   strict_format=strict_format, lenient=False)  # RL: no accuracy without the answer tag
-    for (_, t), sc in zip(flat, scores): t.reward = sc["overall"]
-    out, k = [], 0
-    for g in groups: out.append(scores[k:k + len(g)]); k += len(g)
-    return out, stats
-
-def mix_offline(online, offline, plans, online_scores, threshold):
-    "Phase 4: join offline trajectories to the groups whose plan (and online accuracy) allow it (`07_replay`)."
-    return [mix_group(on, off, p, [s["accuracy"] for s in sc], threshold if p.conditional else None)
-            for on, off, p, sc in zip(online, offline, plans, online_scores)]
-
-# %% ../nbs/10_train.ipynb #00018c19
-def rollout_groups(engine, prompts, n_online: list[int], sampling) -> list[list]:
-    "Phase 3: `n_online[i]` completions of prompt i, one engine call per distinct group size."
-    out = [[] for _ in prompts]
-    for n in sorted(set(n_online) - {0}):
-        idx = [i for i, k in enumerate(n_online) if k == n]
-        for i, g in zip(idx, engine.generate([prompts[i] for i in idx], dataclasses.replace(sampling, n=n))): out[i] = g
-    return out
-
-def make_engine(name: str, model, processor, shared_prefix: bool = True, workdir: str | Path | None = None, sleep: bool = False,
-                port: int = 8011):  # vllm_server: the port its server listens on
-    "The rollout engine: `hf` generates with the training model itself; `vllm` / `vllm_server` load a saved copy, synced after updates."
-    if name == "hf": return HFEngine(model, processor, shared_prefix=shared_prefix)
-    if name not in ("vllm", "vllm_server"): raise ValueError(f"engine {name!r}: use 'hf', 'vllm' or 'vllm_server'")
-    if fsdp_modules(model): raise ValueError("make_engine: the vLLM engine starts from the plain model, before `shard_fsdp2` (train does so)")
-    folder = save_vlm(Path(workdir) / f"vllm_init_{port}", model=model, processor=processor, overwrite=True)  # one per rank
-    if name == "vllm_server": return VLLMServer(folder, Path(workdir) / f"vllm_server_{port}", port=port)  # its log: server.log there
-    return VLLMEngine(folder, **({"enable_sleep_mode": True} if sleep else {}))  # sleep: GPU only (CUDA memory pool)
-
-def sync_engine(engine, model):
-    "Phase 8: push the updated weights into the engine (the HF engine shares the model: nothing to do; FSDP2 shards are gathered)."
-    if hasattr(engine, "push_weights"): engine.push_weights(unwrap_vlm(model))  # transformers' names, not the root's
-
-# %% ../nbs/10_train.ipynb #59911e64
-def online_rollout_logp(mb: MicroBatch) -> torch.Tensor | None:
-    "The engine's log-probs of a micro-batch's online tokens, (b, T); nan on offline rows and padding (None without any)."
-    blp = mb.behaviour_logp  # (b, T) engine log-probs for online rows; nan / stored values for offline rows
-    if blp is None: return None
-    on = mb.mask.bool() & torch.isfinite(blp)  # (b, T)
-    if mb.is_offline is not None: on &= ~mb.is_offline[:, None]
-    return torch.where(on, blp, torch.full_like(blp, math.nan))
-
-def rollout_gap(trainer_logp, mb: MicroBatch) -> torch.Tensor:
-    "(2, n) trainer and rollout log-probs of the online tokens of a micro-batch (empty without rollout log-probs)."
-    rl = online_rollout_logp(mb)
-    if rl is None: return trainer_logp.new_zeros(2, 0)
-    on = torch.isfinite(rl)  # (b, T)
-    return torch.stack([trainer_logp.detach()[on], rl[on]])  # (2, n)
-
-def mismatch_metrics(pairs: torch.Tensor) -> dict:
-    "Rollout-vs-trainer mismatch of (2, n) trainer / rollout token log-probs: mean, mean |delta|, max |delta|, Pearson correlation."
-    if pairs.shape[1] == 0: return {}
-    t, r = pairs.double()  # (n,) each
-    d = t - r
-    corr = float(torch.corrcoef(pairs.double())[0, 1]) if pairs.shape[1] > 1 and t.std() > 0 and r.std() > 0 else math.nan
-    return dict(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()), logp_corr=corr)
-
-MISMATCH_CAUSES = ("M-RoPE positions differ between engine and trainer (Qwen2.5-VL after a video: `rollout.use_released_positions`)",
-                   "the engine samples at another temperature / top_p than the trainer scores at",
-                   "processor settings differ (frames, pixels, resizing: the prompt ids are not the trainer's)",
-                   "stale weights (a weight push skipped or failed, or a resume that did not push the restored weights)")
-
-def mismatch_warning(row: dict, min_corr: float = 0.9, max_gap: float = 0.05) -> str | None:
-    "One warning when a step's rollout and trainer log-probs disagree (correlation < min_corr or mean |gap| > max_gap), naming likely causes."
-    corr, gap = row.get("logp_corr", math.nan), row.get("logp_gap_abs", math.nan)
-    if not (corr < min_corr or gap > max_gap): return None  # nan (no online token, or a constant) never warns
-    return (f"rollout and trainer log-probs disagree (correlation {corr:.3f}, mean |gap| {gap:.3g} per token); likely causes: "
-            + "; ".join(MISMATCH_CAUSES))
-
-def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
-                     temperature: float = 1.0) -> dict:
-    "The mismatch metrics of a step that updates nothing (no group with signal): one no-grad log-prob pass at the rollout weights."
-    dev = prompts[0].input_ids.device
-    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id).items()} for g in groups]
-    mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], [torch.zeros(len(g), device=dev) for g in groups],
-                              micro_batch_size, is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
-    fn = PrefixLogp(model, shared_prefix, temperature)
-    with torch.no_grad(): pairs = [rollout_gap(fn(mb), mb) for mb in mbs]  # (2, n) each
-    return mismatch_metrics(torch.cat(pairs, 1))
-
-def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
-                temperature: float = 1.0, updates: int = 1, offpolicy: str = "none", ref_model=None, count_mean=None,
-                agg: str = "token_mean", mask_truncated: bool = False, rank_max=None, rollout_is: str = "none",
-                rollout_is_cap: float = 2.0, **step_kw) -> dict:
-    "Phase 7: old / reference log-probs when needed, then `updates` optimizer steps of `grpo_step` over micro-batches."
-    # rollout_is: the rollout correction (`06_grpo`), its weights taken against the trainer's log-probs at the rollout weights:
-    # the stored old_logp when updates > 1, else the first (only) pass, which runs at those weights
-    # rank_max: FSDP2's equal work (`parallel.max_over_ranks`): every group in the same number of chunks on every rank, and as
-    # many micro-batches (zero-weight copies) as the busiest rank, so all ranks run the same collectives
-    dev = prompts[0].input_ids.device  # the model's device (`load_prompts` put the prompts there)
-    padded = [{k: v.to(dev) for k, v in pad_trajectories(g, pad_id, mask_truncated).items()} for g in groups]  # ids, mask (G, T), is_offline (G,), behaviour_logp
-    sizes = [len(g) for g in groups]
-    advs = list(torch.as_tensor(adv, dtype=torch.float32, device=dev).split(sizes))  # per group (G,)
-    n_chunks = None
-    if rank_max is not None:  # chunks per group: what the largest group anywhere needs, at most the smallest group's size
-        n_chunks = min(rank_max(max(-(-n // micro_batch_size) for n in sizes)), -rank_max(-min(sizes)))
-        if n_chunks > 1 and -rank_max(-len(groups)) != rank_max(len(groups)):  # a padded one-chunk group would not match
-            raise RuntimeError(f"grpo_update: ranks hold different numbers of groups ({len(groups)} here) with {n_chunks} chunks each")
-    mbs = group_micro_batches(prompts, [p["ids"] for p in padded], [p["mask"] for p in padded], advs, micro_batch_size, n_chunks,
-                              is_offline=[p["is_offline"] for p in padded], behaviour_logp=[p["behaviour_logp"] for p in padded])
-    n_total = global_n_total(mbs, agg, count_mean)  # before padding (padding adds no token anyway)
-    if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))
-    if rollout_is != "none":
-        for mb in mbs: mb.rollout_logp = online_rollout_logp(mb) if mb.behaviour_logp is not None else torch.full_like(mb.mask, math.nan)  # (b, T)
-    policy_fn, gaps = PrefixLogp(model, shared_prefix, temperature), []  # entropy is logged from the rollout instead
-    def logp_fn(mb):  # the first pass over the micro-batches is at the rollout's weights: record the engine gap there
-        lp = policy_fn(mb)  # (b, T)
-        if len(gaps) < len(mbs): gaps.append(rollout_gap(lp, mb))
-        return lp
-    if updates > 1:
-        with torch.no_grad():
-            for mb in mbs: mb.old_logp = logp_fn(mb)  # (b, T) the policy before this batch's updates
-    if ref_model is not None:
-        with torch.no_grad(), reference_model(ref_model) as ref:  # LoRA: the policy with the hand-over adapters swapped in
-            ref_fn = PrefixLogp(ref, shared_prefix, temperature)
-            for mb in mbs: mb.ref_logp = ref_fn(mb)  # (b, T)
-    stats = {}
-    for _ in range(updates):
-        stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg, n_total=n_total,
-                          rollout_is=rollout_is, rollout_is_cap=rollout_is_cap, **step_kw)
-    stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
-    stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0)))
-    return stats
-
 # %% ../nbs/10_train.ipynb #84c24f72
 def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1, max_new_tokens: int = 48,
                    strict_format: bool = False) -> list[dict]:
@@ -243,84 +100,6 @@ def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size
                    f"(first: {bad[0]['error'][:300]})")
     return rows
 
-
-# %% ../nbs/10_train.ipynb #cb6c1002
-@dataclass
-class Draw:
-    "One draw of a GRPO step's prompts: samples, model inputs and scored groups (phases 1-5)."
-    samples: list  # data `Sample`s
-    prompts: list  # their `SampleInputs` (05_data)
-    groups: list  # list[list[Trajectory]], rewards set
-    online: list  # the online members of each group (before mixing)
-    scores: list  # per group, per member: the router's scores
-    stats: Any  # the router's statistics
-
-def draw_groups(engine, batch, prompts, rprompts, offline, sampling, cfg: TrainConfig, step: int, rank: int, timings: dict,
-                draw: int = 0) -> Draw:
-    "Phases 3-5 for one draw: rollout, offline mixing, rewards (with DAPO's overlong penalty when set)."
-    plans = plan_groups(replay_rows(batch), cfg.group_size, None if cfg.offline_mode == "none" else cfg.offline_mode,
-                        cfg.offline_per_group, cfg.offline_threshold if cfg.offline_threshold >= 0 else None)
-    t0 = time.time()
-    seed = step_seed(cfg.seed, step, rank, 2 + 10 * draw) % 2**31  # draw 0 keeps the seed of a run without extra draws
-    engine_prompts = prompts if isinstance(engine, HFEngine) else rprompts  # HF: from the model inputs themselves
-    comps = rollout_groups(engine, engine_prompts, [p.n_online for p in plans], dataclasses.replace(sampling, seed=seed))  # phase 3
-    online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs) for c in g] for g in comps]
-    timings["rollout"] = timings.get("rollout", 0.0) + time.time() - t0; t0 = time.time()
-    conditional = any(p.conditional for p in plans)  # only a conditional mix reads the online scores before mixing
-    online_scores = score_groups(batch, online, cfg.strict_format)[0] if conditional else [[] for _ in online]  # phase 5
-    groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
-    scores, stats = score_groups(batch, groups, cfg.strict_format)                      # phase 5
-    if cfg.overlong_buffer:
-        flat = [t for g in groups for t in g]
-        pen = overlong_penalty([len(t.ids) for t in flat], cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)  # (N,)
-        for t, x in zip(flat, pen.tolist()): t.reward += x
-    timings["reward"] = timings.get("reward", 0.0) + time.time() - t0
-    return Draw(batch, prompts, groups, online, scores, stats)
-
-# %% ../nbs/10_train.ipynb #a1dd5208
-def extra_prompts(n_samples: int, step: int, draw: int, k: int, seed: int) -> list[int]:
-    "Indices of the prompts of an extra draw of a step (dynamic sampling): a pure function of (seed, step, draw)."
-    return [int(i) for i in np.random.default_rng([seed, step, draw]).choice(n_samples, size=min(k, n_samples), replace=False)]
-
-def collect_groups(draw, n_groups: int, dynamic: bool = False, max_extra_draws: int = 3, rank_min=None) -> tuple[Draw, Draw, dict]:
-    "Phases 1-5 with optional dynamic sampling; returns the first draw (unbiased, for the log), the trained batch, and draw counts."
-    first = draw(0)
-    if not dynamic: return first, first, {}
-    kept, spare, counts = [], [], dict(groups_drawn=0, groups_kept=0, groups_dropped=0, extra_draws=0)
-    for d in range(1 + max_extra_draws):
-        cur = first if d == 0 else draw(d)
-        items = list(zip(cur.samples, cur.prompts, cur.groups, cur.online, cur.scores))
-        signal = group_has_signal([t.reward for g in cur.groups for t in g], group_ids=[i for i, g in enumerate(cur.groups) for _ in g])
-        kept, c = fill_groups(kept, items, signal, n_groups)
-        spare = [it for it, s in zip(items, signal.tolist()) if not s]
-        counts.update(groups_drawn=counts["groups_drawn"] + c["drawn"], groups_kept=counts["groups_kept"] + c["kept"],
-                      groups_dropped=counts["groups_dropped"] + c["dropped"], extra_draws=d)
-        if (len(kept) if rank_min is None else rank_min(len(kept))) >= n_groups: break
-    kept += spare[:n_groups - len(kept)]  # the cap was reached: zero-variance groups keep the work equal over ranks
-    return first, Draw(*[list(x) for x in zip(*kept)], stats=first.stats), counts
-
-# %% ../nbs/10_train.ipynb #89197a6a
-def grpo_advantages(groups, method: str, stats_reduce=None):
-    "Phase 6: group-normalised advantages of the trained groups (`06_grpo`); batch statistics all-rank through `stats_reduce`."
-    rewards = [t.reward for g in groups for t in g]
-    return group_advantages(rewards, group_ids=[i for i, g in enumerate(groups) for _ in g], method=method, stats_reduce=stats_reduce)
-
-def grpo_row(first: Draw, batch: Draw, adv, n_zero: int, counts: dict) -> dict:
-    "The step's log row: rewards and accuracy of the first (unbiased) draw, signal and replay counts of the trained batch."
-    rewards = [t.reward for g in first.groups for t in g]
-    on = [s for g, sc in zip(first.groups, first.scores) for t, s in zip(g, sc) if not t.is_offline]
-    online = [t for g in first.online for t in g]
-    sampled = [x for t in online for x in t.logp or []]
-    by_source = {}  # online accuracy per data source: which task GRPO is learning (a synthetic task is a source)
-    for smp, g, sc in zip(first.samples, first.groups, first.scores):
-        by_source.setdefault(smp.data_source or "-", []).extend(s["accuracy"] for t, s in zip(g, sc) if not t.is_offline)
-    return dict(phase="grpo", reward=float(np.mean(rewards)), accuracy=float(np.mean([s["accuracy"] for s in on])),
-                format=float(np.mean([s["format"] for s in on])), groups=len(batch.groups), zero_var_groups=n_zero,
-                response_len=float(np.mean([len(t.ids) for t in online])), truncated=float(np.mean([t.truncated for t in online])),
-                sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # mean NLL of sampled tokens estimates entropy
-                **{f"acc/{k}": v for k, v in first.stats.mean_accuracy.items()}, scorer_errors=sum(first.stats.errors.values()),
-                **{f"acc_source/{k}": float(np.mean(v)) for k, v in by_source.items() if v},
-                **replay_metrics([t for g in batch.groups for t in g], adv), **counts)
 
 # %% ../nbs/10_train.ipynb #2f9b46b3
 def all_reduce_grads(params, world_size: int):

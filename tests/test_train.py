@@ -383,7 +383,7 @@ def test_draw_groups_mixes_offline_and_scores_online_once_unless_conditional(mon
     """Phases 3-5 on a fake engine: a direction prompt gets 3 online answers (1 right of 3) and, in `replace` mode, one
     offline trajectory; a conditional plan (offline_threshold 0.5) still mixes it in (accuracy 1/3 < 0.5) and skips it
     at threshold 0.2. The router runs once per draw, or twice when the mix must read the online accuracy first."""
-    import easyvideor1.train as T
+    import easyvideor1.step as T
     from easyvideor1.data import Sample
     from easyvideor1.rollout import Completion, SamplingConfig
     calls = []

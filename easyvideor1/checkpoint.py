@@ -4,17 +4,21 @@
 
 # %% ../nbs/09f_checkpoint.ipynb #e8f51771
 from __future__ import annotations
-import json, os, re, shutil
+import copy, json, os, re, shutil
 from pathlib import Path
 
 import torch
 
 from .data import unwrap_vlm
-from .lora import has_adapters, load_adapter, save_adapter, save_merged
-from .parallel import fsdp_modules, full_state_dict, load_sharded, save_sharded
+from .lora import (has_adapters, load_adapter, load_lora_reference, lora_reference, save_adapter,
+                              save_merged)
+from .parallel import (fsdp_modules, full_state_dict, load_full_state_dict, load_sharded,
+                                  save_sharded, shard_fsdp2)
+from .rollout import use_released_positions
 
 # %% auto #0
-__all__ = ['CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint']
+__all__ = ['CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy',
+           'reset_momentum', 'start_grpo', 'load_reference', 'keep_best']
 
 # %% ../nbs/09f_checkpoint.ipynb #daa7436e
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
@@ -111,3 +115,79 @@ def load_checkpoint(
     optimizer.load_state_dict(opt_state)
     scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
     return state
+
+# %% ../nbs/09f_checkpoint.ipynb #94bfc135
+def _mesh(model):
+    "The device mesh an FSDP2 model is sharded over (its DTensor parameters')."
+    return next(p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh"))
+
+# %% ../nbs/09f_checkpoint.ipynb #b9a9529e
+def _fresh_like(vlm):
+    "A new model of `vlm`'s class, config, dtype and device (random weights: load some into it)."
+    from transformers import AutoModelForImageTextToText
+    p = next(vlm.parameters())
+    attn = vlm.config._attn_implementation
+    with torch.device(p.device):
+        m = AutoModelForImageTextToText.from_config(vlm.config, dtype=p.dtype, attn_implementation=attn)
+    m.generation_config = copy.deepcopy(vlm.generation_config)
+    use_released_positions(m)  # the policy's position rule (deepcopy keeps it; a fresh model needs it again)
+    return m
+
+# %% ../nbs/09f_checkpoint.ipynb #338ab6f3
+def frozen_copy(model):
+    "A frozen copy of the policy (the KL reference); an FSDP2 root's is a sharded root (all ranks call)."
+    if not fsdp_modules(model): return copy.deepcopy(model).eval().requires_grad_(False)
+    fresh = _fresh_like(unwrap_vlm(model)).eval().requires_grad_(False)
+    ref = shard_fsdp2(fresh, mesh=_mesh(model))
+    load_full_state_dict(ref, full_state_dict(model))  # gathered on rank 0, scattered into the shards
+    return ref
+
+# %% ../nbs/09f_checkpoint.ipynb #44af29ce
+def reset_momentum(optimizer):
+    "Zero AdamW's first moments, keep the second: no push from the past, step sizes still calibrated."
+    for st in optimizer.state.values():
+        if "exp_avg" in st: st["exp_avg"].zero_()
+
+# %% ../nbs/09f_checkpoint.ipynb #61558935
+def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_main: bool = True,
+               wait=lambda: None):
+    "The hand-over from warm start to GRPO: momentum reset; with beta > 0 the reference frozen and saved."
+    if reset: reset_momentum(optimizer)
+    if beta <= 0: return None
+    if has_adapters(model): return lora_reference(model, ref_dir, is_main, wait)  # LoRA: no second model
+    tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
+    if is_main: shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, tmp, is_main=is_main)  # FSDP2: gathered on rank 0 (every rank calls)
+    if is_main:
+        shutil.rmtree(ref_dir, ignore_errors=True)
+        os.replace(tmp, ref_dir)
+    wait()
+    return frozen_copy(model)
+
+# %% ../nbs/09f_checkpoint.ipynb #44b17468
+def load_reference(model, ref_dir: Path):
+    "The reference a resumed run took at its hand-over (saved by `start_grpo`)."
+    if has_adapters(model): return load_lora_reference(model, ref_dir)
+    if not (ref_dir / "config.json").exists():
+        raise FileNotFoundError(f"{ref_dir}: no reference policy to resume with beta > 0")
+    if not fsdp_modules(model): return load_weights(frozen_copy(model), ref_dir)
+    ref = load_weights(_fresh_like(unwrap_vlm(model)), ref_dir)  # every rank reads the folder
+    return shard_fsdp2(ref.eval().requires_grad_(False), mesh=_mesh(model))
+
+# %% ../nbs/09f_checkpoint.ipynb #8bf858dd
+def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best: dict | None,
+              is_main: bool = True, wait=lambda: None) -> dict:
+    "Keep `out/best` (model + best.json) when validation accuracy is at least the best; the best record."
+    now = dict(step=step, val_accuracy=val["all"]["accuracy"], val=val)
+    if best is not None and now["val_accuracy"] < best["val_accuracy"]:
+        return best  # the same decision on every rank
+    wait()
+    tmp, path = out / ".tmp-best", out / "best"
+    if is_main: shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, tmp, processor, is_main)  # FSDP2: gathered on rank 0 (every rank calls)
+    if is_main:
+        (tmp / "best.json").write_text(json.dumps(now, indent=1))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    wait()
+    return now

@@ -13,9 +13,11 @@ import yaml
 
 from .lora import LORA_TARGET
 from .validate import DEFAULT_MAX_PROMPT_CHARS
+from .video import ImageContract, VideoContract
 
 # %% auto #0
-__all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode']
+__all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'lr_lambda',
+           'contracts']
 
 # %% ../nbs/09e_config.ipynb #815ccc2f
 @dataclass
@@ -204,3 +206,24 @@ def load_config(
 def rollout_is_mode(cfg: TrainConfig) -> str:
     "The rollout correction a run uses: `rollout_is`, with 'auto' = 'tis' for either vLLM engine and 'none' for the in-process HF engine."
     return ("none" if cfg.engine == "hf" else "tis") if cfg.rollout_is == "auto" else cfg.rollout_is
+
+# %% ../nbs/09e_config.ipynb #3a9d4678
+def lr_lambda(cfg: TrainConfig):
+    "Learning-rate factor per step: both phases warm up; the warm start's stays, GRPO's decays at the end."
+    if cfg.lr_decay_steps < 0: raise ValueError(f"config: lr_decay_steps={cfg.lr_decay_steps} must be >= 0")
+    def f(step: int) -> float:
+        if step < cfg.sft_steps: return cfg.sft_lr / cfg.lr * min(1.0, (step + 1) / max(cfg.warmup_steps, 1))
+        g = step - cfg.sft_steps  # GRPO step, 0-based
+        left = cfg.max_steps - g  # steps left, this one included
+        decay = min(1.0, left / (cfg.lr_decay_steps + 1)) if cfg.lr_decay_steps else 1.0
+        return min(1.0, (g + 1) / max(cfg.warmup_steps, 1)) * max(decay, 0.0)
+    return f
+
+# %% ../nbs/09e_config.ipynb #2ce8e549
+def contracts(cfg: TrainConfig, family: str) -> tuple[VideoContract, ImageContract]:
+    "The run's video and image contracts (separate budgets) for a model family."
+    vc = VideoContract.for_family(family, fps=cfg.video_fps, max_frames=cfg.video_max_frames,
+                                  min_pixels=cfg.video_min_pixels, max_pixels=cfg.video_max_pixels,
+                                  total_pixels=cfg.video_total_pixels or None)
+    ic = ImageContract.for_family(family, min_pixels=cfg.image_min_pixels, max_pixels=cfg.image_max_pixels)
+    return vc, ic

@@ -4,12 +4,14 @@
 
 # %% auto #0
 __all__ = ['shard_fsdp2', 'fsdp_modules', 'gathered', 'pad_micro_batches', 'max_over_ranks', 'full_state_dict',
-           'load_full_state_dict', 'save_sharded', 'load_sharded']
+           'load_full_state_dict', 'save_sharded', 'load_sharded', 'all_reduce_grads', 'Ranks', 'run_ranks',
+           'check_launch']
 
 # %% ../nbs/09a_parallel.ipynb #b5dc8941
 import contextlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -119,3 +121,61 @@ def load_sharded(path: str | Path, model, optimizer=None):
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(vlm, opts, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+# %% ../nbs/09a_parallel.ipynb #7f6bd998
+def all_reduce_grads(
+    params,  # the model's parameters (frozen ones are skipped)
+    world_size: int,  # data-parallel ranks
+):
+    "Average gradients over data-parallel ranks in one flat all-reduce (missing gradients count as zeros)."
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        if p.grad is None: p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (N,)
+    dist.all_reduce(flat)
+    flat /= world_size
+    k = 0
+    for p in params:
+        p.grad.copy_(flat[k:k + p.numel()].view_as(p))
+        k += p.numel()
+
+# %% ../nbs/09a_parallel.ipynb #d2fd4727
+@dataclass
+class Ranks:
+    "How a run reduces over its processes: every field None in one process (the plain path)."
+    count_mean: Any = None  # n -> its mean over ranks: the global denominators of the loss
+    rank_min: Any = None  # n -> its minimum over ranks: dynamic sampling stops on every rank together
+    stats_reduce: Any = None  # tensor -> its sum over ranks: advantages normalised over the global batch
+    rank_max: Any = None  # FSDP2: n -> its maximum over ranks: equal chunks and micro-batches on every rank
+    reduce_grads: Any = None  # DDP: average the gradients in one flat all-reduce (FSDP2 reduce-scatters them)
+
+# %% ../nbs/09a_parallel.ipynb #65d1f3f7
+def run_ranks(
+    world: int,  # processes in the run
+    fsdp2: bool,  # FSDP2 (gradients reduce-scattered in backward) instead of DDP
+    device,  # where the float64 all-reduces run
+) -> Ranks:
+    "The reducers of a run of `world` processes (DDP, or FSDP2 with `fsdp2`): float64 all-reduces."
+    def all_reduce(x, op: str):
+        t = torch.as_tensor(x, dtype=torch.float64, device=device).clone()
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        return t.cpu()
+    many = world > 1
+    return Ranks(count_mean=(lambda n: float(all_reduce([n], "SUM")[0]) / world) if many else None,
+                 rank_min=(lambda n: int(all_reduce([n], "MIN")[0])) if many else None,
+                 stats_reduce=(lambda s: all_reduce(s, "SUM")) if many else None,
+                 rank_max=max_over_ranks if fsdp2 else None,
+                 reduce_grads=(lambda ps: all_reduce_grads(ps, world)) if many and not fsdp2 else None)
+
+# %% ../nbs/09a_parallel.ipynb #ce765e21
+def check_launch(
+    env: dict,  # the process environment: the launcher's WORLD_SIZE
+    num_processes: int,  # the processes accelerate joined
+):
+    "Refuse a launch whose WORLD_SIZE differs from the processes accelerate joined (unrelated models)."
+    n = int(env.get("WORLD_SIZE") or 1)
+    if n == num_processes: return
+    raise RuntimeError(f"the launcher started {n} processes (WORLD_SIZE={n}) but accelerate joined "
+                       f"{num_processes}: they would train {n} unrelated models. On CPU launch data-parallel "
+                       "with `ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes N "
+                       "-m easyvideor1.train` (accelerate's FSDP plugin does not run on CPU)")

@@ -4,29 +4,28 @@
 
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
-import inspect, json, os, random, re, shutil, time
-from dataclasses import dataclass, fields, asdict
+import inspect, json, os, random, re, time
+from dataclasses import fields, asdict
 from pathlib import Path
-from typing import Any
 
-import contextlib, copy
+import contextlib
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from .cache import FrameCache
-from .checkpoint import (CKPT_RE, checkpoint_dirs, load_checkpoint, load_weights, save_checkpoint,
-                                    save_model_folder)
-from .config import CONFIG_RANGES, TrainConfig, check_config, config_help, load_config, rollout_is_mode
+from .checkpoint import (CKPT_RE, checkpoint_dirs, frozen_copy, keep_best, load_checkpoint,
+                                    load_reference, load_weights, reset_momentum, save_checkpoint,
+                                    save_model_folder, start_grpo)
+from .config import (CONFIG_RANGES, TrainConfig, check_config, config_help, contracts, load_config,
+                                lr_lambda, rollout_is_mode)
 from .evaluate import score_row
-from .data import unwrap_vlm
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
-from .lora import (apply_lora, has_adapters, load_lora_reference, lora_reference, tower_frozen,
-                              use_vision_features)
+from .lora import apply_lora, tower_frozen, use_vision_features
 from .grpo import check_loss_config
 from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm
-from .parallel import (fsdp_modules, full_state_dict, gathered, load_full_state_dict, max_over_ranks,
-                                  shard_fsdp2)
+from .parallel import (all_reduce_grads, check_launch, fsdp_modules, full_state_dict, gathered,
+                                  Ranks, run_ranks, shard_fsdp2)
 from .prefix import enable_checkpointing
 from .replay import check_offpolicy_data
 from .rollout import HFEngine, SamplingConfig, use_released_positions
@@ -38,25 +37,27 @@ from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advant
 from .synthetic import atomic_write_text, make_suite, read_jsonl
 from .warmstart import format_only, sft_update
 from .validate import validate_rows
-from .video import ImageContract, VideoContract
 
 # %% auto #0
-__all__ = ['sample_prompts', 'shard', 'evaluate_split', 'all_reduce_grads', 'prepare_data', 'contracts', 'lr_lambda',
-           'check_launch', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best', 'Ranks',
-           'run_ranks', 'update_kw', 'warm_start_step', 'grpo_phases', 'train', 'TrainerCode', 'trainer_code',
-           'write_param_digest', 'parse_args', 'main', 'TrainConfig', 'CONFIG_RANGES', 'config_help', 'load_config',
-           'check_config', 'rollout_is_mode', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint',
-           'load_weights', 'load_checkpoint', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups',
+__all__ = ['sample_prompts', 'shard', 'evaluate_split', 'prepare_data', 'update_kw', 'warm_start_step', 'grpo_phases', 'train',
+           'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main', 'all_reduce_grads', 'Ranks',
+           'run_ranks', 'check_launch', 'TrainConfig', 'CONFIG_RANGES', 'config_help', 'load_config', 'check_config',
+           'rollout_is_mode', 'lr_lambda', 'contracts', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder',
+           'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo',
+           'load_reference', 'keep_best', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups',
            'rollout_groups', 'make_engine', 'sync_engine', 'score_groups', 'mix_offline', 'Draw', 'draw_groups',
            'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'step_micro_batches', 'grpo_update',
            'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'MISMATCH_CAUSES', 'mismatch_warning',
            'rollout_mismatch']
 
 # %% ../nbs/10_train.ipynb #c0f1a2b4
-# importable from here as before: the names of 09e_config, 09f_checkpoint and 09g_step
-_all_ = ["TrainConfig", "CONFIG_RANGES", "config_help", "load_config", "check_config", "rollout_is_mode",
+# importable from here as before: the names of 09a_parallel, 09e_config, 09f_checkpoint and 09g_step
+_all_ = ["all_reduce_grads", "Ranks", "run_ranks", "check_launch",
+         "TrainConfig", "CONFIG_RANGES", "config_help", "load_config", "check_config", "rollout_is_mode",
+         "lr_lambda", "contracts",
          "CKPT_RE", "checkpoint_dirs", "save_model_folder", "save_checkpoint",
-         "load_weights", "load_checkpoint",
+         "load_weights", "load_checkpoint", "frozen_copy", "reset_momentum", "start_grpo", "load_reference",
+         "keep_best",
          "step_seed", "load_prompts", "replay_rows", "offline_groups", "rollout_groups", "make_engine",
          "sync_engine", "score_groups", "mix_offline", "Draw", "draw_groups", "extra_prompts",
          "collect_groups", "grpo_advantages", "grpo_row", "step_micro_batches", "grpo_update",
@@ -101,20 +102,6 @@ def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size
     return rows
 
 
-# %% ../nbs/10_train.ipynb #2f9b46b3
-def all_reduce_grads(params, world_size: int):
-    "Average gradients over data-parallel ranks in one flat all-reduce (missing gradients count as zeros)."
-    import torch.distributed as dist
-    params = [p for p in params if p.requires_grad]
-    for p in params:
-        if p.grad is None: p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (N,)
-    dist.all_reduce(flat)
-    flat /= world_size
-    k = 0
-    for p in params:
-        p.grad.copy_(flat[k:k + p.numel()].view_as(p)); k += p.numel()
-
 # %% ../nbs/10_train.ipynb #a73336af
 def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path | None, Path | None]:
     "The training, validation and held-out files: the given ones, or the synthetic suite generated once in output_dir/suite."
@@ -131,123 +118,6 @@ def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path | No
     wait()
     val = opt(cfg.val_data) or (suite / "val.jsonl" if cfg.synthetic_val_n else None)
     return suite / "train.jsonl", val, opt(cfg.eval_data) or suite / "test.jsonl"
-
-def contracts(cfg: TrainConfig, family: str):
-    "The run's video and image contracts (separate budgets)."
-    vc = VideoContract.for_family(family, fps=cfg.video_fps, max_frames=cfg.video_max_frames, min_pixels=cfg.video_min_pixels,
-                                  max_pixels=cfg.video_max_pixels, total_pixels=cfg.video_total_pixels or None)
-    ic = ImageContract.for_family(family, min_pixels=cfg.image_min_pixels, max_pixels=cfg.image_max_pixels)
-    return vc, ic
-
-def lr_lambda(cfg: TrainConfig):
-    "Learning-rate factor per step: the warm start (sft_lr) warms up then stays; GRPO (lr) warms up, stays, and decays over its last `lr_decay_steps`."
-    if cfg.lr_decay_steps < 0: raise ValueError(f"config: lr_decay_steps={cfg.lr_decay_steps} must be >= 0")
-    def f(step: int) -> float:
-        if step < cfg.sft_steps: return cfg.sft_lr / cfg.lr * min(1.0, (step + 1) / max(cfg.warmup_steps, 1))
-        g = step - cfg.sft_steps  # GRPO step, 0-based
-        left = cfg.max_steps - g  # steps left, this one included
-        decay = min(1.0, left / (cfg.lr_decay_steps + 1)) if cfg.lr_decay_steps else 1.0
-        return min(1.0, (g + 1) / max(cfg.warmup_steps, 1)) * max(decay, 0.0)
-    return f
-
-# %% ../nbs/10_train.ipynb #439f48c7
-def check_launch(env: dict, num_processes: int):
-    "Refuse a launch whose environment names more processes than the accelerator joined (they would train unrelated models)."
-    n = int(env.get("WORLD_SIZE") or 1)
-    if n != num_processes:
-        raise RuntimeError(f"the launcher started {n} processes (WORLD_SIZE={n}) but accelerate joined {num_processes}: they would "
-                           "train {n} unrelated models. On CPU launch data-parallel with `ACCELERATE_USE_CPU=true accelerate launch "
-                           "--multi_gpu --num_processes N -m easyvideor1.train` (accelerate's FSDP plugin does not run on CPU)".replace("{n}", str(n)))
-
-# %% ../nbs/10_train.ipynb #3deb696d
-def _mesh(model):
-    "The device mesh an FSDP2 model is sharded over (its DTensor parameters')."
-    return next(p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh"))
-
-def _fresh_like(vlm):
-    "A new model of `vlm`'s class, config, dtype and device (random weights: load some into it)."
-    from transformers import AutoModelForImageTextToText
-    p = next(vlm.parameters())
-    with torch.device(p.device):
-        m = AutoModelForImageTextToText.from_config(vlm.config, dtype=p.dtype, attn_implementation=vlm.config._attn_implementation)
-    m.generation_config = copy.deepcopy(vlm.generation_config)
-    use_released_positions(m)  # the policy's position rule (a deepcopy keeps it; a fresh model needs it again)
-    return m
-
-def frozen_copy(model):
-    "A frozen copy of the policy (the reference of the KL term); an FSDP2 root's copy is its own frozen sharded root (call on every rank)."
-    if not fsdp_modules(model): return copy.deepcopy(model).eval().requires_grad_(False)
-    ref = shard_fsdp2(_fresh_like(unwrap_vlm(model)).eval().requires_grad_(False), mesh=_mesh(model))
-    load_full_state_dict(ref, full_state_dict(model))  # gathered on rank 0, scattered into the reference's shards
-    return ref
-
-def reset_momentum(optimizer):
-    "Zero AdamW's first moments, keep the second: no push from the past, and per-parameter step sizes that stay calibrated."
-    for st in optimizer.state.values():
-        if "exp_avg" in st: st["exp_avg"].zero_()
-
-def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_main: bool = True, wait=lambda: None):
-    "The hand-over from warm start to GRPO: momentum reset; with beta > 0 the reference frozen here (and saved for resume)."
-    if reset: reset_momentum(optimizer)
-    if beta <= 0: return None
-    if has_adapters(model): return lora_reference(model, ref_dir, is_main, wait)  # LoRA: these adapters swapped in, no second model
-    tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
-    if is_main: shutil.rmtree(tmp, ignore_errors=True)
-    save_model_folder(model, tmp, is_main=is_main)  # FSDP2: gathered on rank 0 (every rank calls)
-    if is_main:
-        shutil.rmtree(ref_dir, ignore_errors=True)
-        os.replace(tmp, ref_dir)
-    wait()
-    return frozen_copy(model)
-
-def load_reference(model, ref_dir: Path):
-    "The reference a resumed run took at its hand-over (saved by `start_grpo`)."
-    if has_adapters(model): return load_lora_reference(model, ref_dir)
-    if not (ref_dir / "config.json").exists(): raise FileNotFoundError(f"{ref_dir}: no reference policy to resume with beta > 0")
-    if not fsdp_modules(model): return load_weights(frozen_copy(model), ref_dir)
-    ref = load_weights(_fresh_like(unwrap_vlm(model)), ref_dir).eval().requires_grad_(False)  # every rank reads the folder
-    return shard_fsdp2(ref, mesh=_mesh(model))
-
-# %% ../nbs/10_train.ipynb #60f55799
-def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best: dict | None,
-              is_main: bool = True, wait=lambda: None) -> dict:
-    "Keep `out/best` (model folder + best.json) when the validation accuracy is at least the best so far; return the best record."
-    now = dict(step=step, val_accuracy=val["all"]["accuracy"], val=val)
-    if best is not None and now["val_accuracy"] < best["val_accuracy"]: return best  # same decision on every rank
-    wait()
-    tmp, path = out / ".tmp-best", out / "best"
-    if is_main: shutil.rmtree(tmp, ignore_errors=True)
-    save_model_folder(model, tmp, processor, is_main)  # FSDP2: gathered on rank 0 (every rank calls)
-    if is_main:
-        (tmp / "best.json").write_text(json.dumps(now, indent=1))
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
-    wait()
-    return now
-
-# %% ../nbs/10_train.ipynb #38c1e320
-@dataclass
-class Ranks:
-    "How a run reduces over its processes: every field None in one process (the plain path)."
-    count_mean: Any = None  # n -> its mean over ranks: the global denominators of the loss
-    rank_min: Any = None  # n -> its minimum over ranks: dynamic sampling stops on every rank together
-    stats_reduce: Any = None  # tensor -> its sum over ranks: batch-normalised advantages over the global batch
-    rank_max: Any = None  # FSDP2: n -> its maximum over ranks: equal chunks and micro-batch counts on every rank
-    reduce_grads: Any = None  # DDP: average the gradients in one flat all-reduce (FSDP2 reduce-scatters in backward)
-
-def run_ranks(world: int, fsdp2: bool, device) -> Ranks:
-    "The reducers of a run of `world` processes (DDP, or FSDP2 with `fsdp2`); float64 all-reduces on `device`."
-    import torch.distributed as dist
-    def all_reduce(x, op: str):
-        t = torch.as_tensor(x, dtype=torch.float64, device=device).clone()
-        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
-        return t.cpu()
-    many = world > 1
-    return Ranks(count_mean=(lambda n: float(all_reduce([n], "SUM")[0]) / world) if many else None,
-                 rank_min=(lambda n: int(all_reduce([n], "MIN")[0])) if many else None,
-                 stats_reduce=(lambda s: all_reduce(s, "SUM")) if many else None,
-                 rank_max=max_over_ranks if fsdp2 else None,
-                 reduce_grads=(lambda ps: all_reduce_grads(ps, world)) if many and not fsdp2 else None)
 
 # %% ../nbs/10_train.ipynb #19a9753c
 def update_kw(cfg: TrainConfig, ranks: Ranks) -> dict:

@@ -13,8 +13,9 @@ from pathlib import Path
 CFG = dict(synthetic_n=4, synthetic_test_n=1, synthetic_val_n=0, synthetic_tasks="direction", offline_mode="replace", prompts_per_step=2,
            group_size=4, sft_steps=0, max_new_tokens=16, eval_every=0, eval_n=1, tensorboard="false", lr=1e-2, warmup_steps=1,
            lr_decay_steps=0, video_max_frames=8, dynamic_sampling="false", beta=0.0)
-OLD_RULE = ("import easyvideor1.train as T, easyvideor1.rollout as R; T.use_released_positions = R.use_released_positions = "
-            "lambda m: False; T.main()")
+OLD_RULE = ("import easyvideor1.train as T, easyvideor1.rollout as R, easyvideor1.checkpoint as C; "
+            "T.use_released_positions = R.use_released_positions = C.use_released_positions = lambda m: False; T.main()")
+# (checkpoint: where the reference model is built since 912daf9; this benchmark runs with beta=0, so it builds none)
 
 
 def run(out: Path, old_rule: bool, **kw) -> list[dict]:

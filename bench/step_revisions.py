@@ -4,12 +4,22 @@ Refactors must not slow the trainer, and some remove work (issue 21: the process
 the HF engine, and the online completions were scored twice). This checks out `--before` (default bd8e651, the
 landed main before that refactor) into a temporary git worktree, then runs the same shortened default recipe
 (`python -m easyvideor1.train`, a few warm-start and GRPO steps on the synthetic suite, the recipe pinned by `RECIPE`) with the old package and
-with this working tree's, one after the other, alternating `--repeats` times. GRPO step 1 on is averaged (step 0
-fills the frame cache). Prints one Markdown table (mean seconds per phase: load = phase 2, media; rollout = 3;
-reward = 4-5; update = 6-7; sync = 8; step = their sum) for both revisions and the ratio, then `step speedup`.
+with this working tree's, in pairs whose order alternates (before-after, then after-before, ...: `--repeats` pairs).
+GRPO step 1 on is averaged (step 0 fills the frame cache). Prints one Markdown table (mean seconds per phase:
+load = phase 2, media; rollout = 3; reward = 4-5; update = 6-7; sync = 8; step = their sum) for both revisions and
+the ratio, then `step speedup`, then the order effect (the run that came second in its pair against the first).
 
-    OMP_NUM_THREADS=2 python bench/step_revisions.py            # ~6 minutes on 2 quiet cores
-    python bench/step_revisions.py --before <rev> --steps 8
+Why the order alternates: with the same code on both sides (`--before HEAD`) and the working tree always second,
+an earlier version of this script printed 0.94x (2 repeats of 8 steps, 2 quiet cores): the second run of a pair
+was ~6% slower whatever it ran. An even number of repeats puts each side first equally often, so that drift
+cancels in the ratio, and the order-effect line shows its size.
+With this order (2 pairs of 6 GRPO steps, 2 threads, a quiet machine, working tree at e29e630 against bd8e651):
+step 7.21 s before, 7.29 s after, `step speedup: 0.99x`, order effect 0.94x (the second run of a pair was the faster
+one this time: the drift is noise of a few percent either way, not a fixed penalty).
+
+    OMP_NUM_THREADS=2 python bench/step_revisions.py            # ~12 minutes on 2 quiet cores
+    python bench/step_revisions.py --before HEAD                # control: the same code on both sides, expect ~1.00x
+    python bench/step_revisions.py --before <rev> --steps 8 --repeats 4
 """
 import argparse, json, os, subprocess, sys, tempfile
 from pathlib import Path
@@ -42,7 +52,8 @@ def main():
     p.add_argument("--before", default="bd8e651", help="the older revision (a git rev of this repository)")
     p.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the first is not timed)")
     p.add_argument("--sft-steps", dest="sft_steps", type=int, default=2, help="warm-start steps before GRPO")
-    p.add_argument("--repeats", type=int, default=1, help="alternating runs per side; every timed step is averaged")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="pairs of runs, the order flipping every pair (use an even number); every timed step is averaged")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,11 +61,14 @@ def main():
         old = tmp / "before"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), a.before], check=True)
         try:
-            rows = {"before": [], "after": []}
+            rows, order = {"before": [], "after": []}, {0: [], 1: []}  # order: runs' rows by place in their pair
             for i in range(a.repeats):
-                for side, tree in (("before", old), ("after", ROOT)):
-                    print(f"run {i + 1}/{a.repeats}: {side}", flush=True)
-                    rows[side] += run(tree, tmp / f"{side}{i}", a)
+                pair = (("before", old), ("after", ROOT))[::1 if i % 2 == 0 else -1]
+                for place, (side, tree) in enumerate(pair):
+                    print(f"pair {i + 1}/{a.repeats}, run {place + 1}: {side}", flush=True)
+                    got = run(tree, tmp / f"{side}{i}", a)
+                    rows[side] += got
+                    order[place] += got
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
     b, n = means(rows["before"]), means(rows["after"])
@@ -64,6 +78,9 @@ def main():
     for k in [*PHASES, "step"]:
         print(f"| {k} | {b[k]:.3f} | {n[k]:.3f} | {b[k] / n[k]:.2f}x |" if n[k] > 0 else f"| {k} | {b[k]:.3f} | {n[k]:.3f} | - |")
     print(f"step speedup: {b['step'] / n['step']:.2f}x")
+    first, second = means(order[0])["step"], means(order[1])["step"]
+    print(f"order effect: the second run of a pair took {second / first:.2f}x the first's time per step"
+          + ("" if a.repeats % 2 == 0 else " (odd --repeats: it is not cancelled in the speedup)"))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,10 +61,11 @@ def exercises(nb) -> dict[int, dict]:
     return out
 
 
-def student_env() -> dict:
-    "The environment of a student's kernel: this checkout importable, offline, one thread per op."
+def student_env(tmpdir: str | None = None) -> dict:
+    "A student's kernel's environment: this checkout importable, offline, one thread per op, temp files in `tmpdir`."
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if tmpdir: env["TMPDIR"] = tmpdir
     env.setdefault("OMP_NUM_THREADS", "1")
     env.pop("JPY_PARENT_PID", None)
     return env
@@ -81,8 +84,14 @@ def run_as_student(name: str, with_solutions: bool = True) -> tuple[nbformat.Not
         nb.cells += [nbformat.v4.new_code_cell(code) for code in tries(nb)]
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(NBS)}})
+    # the lessons' tempfile.mkdtemp() folders (runs, caches: GBs over the course) go to a folder removed afterwards:
+    # left in /tmp they added up over test runs until a CI run failed with a full disk (a short path: sockets live there)
+    tmp = tempfile.mkdtemp(prefix="evr1-nb-")
     t = time.perf_counter()
-    client.execute(env=student_env())  # the client owns the kernel: shut down when the notebook is done
+    try:
+        client.execute(env=student_env(tmp))  # the client owns the kernel: shut down when the notebook is done
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return nb, ex, time.perf_counter() - t
 
 

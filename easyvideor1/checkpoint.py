@@ -5,6 +5,7 @@
 # %% ../nbs/09f_checkpoint.ipynb #e8f51771
 from __future__ import annotations
 import copy, json, os, re, shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -17,8 +18,8 @@ from .parallel import (fsdp_modules, full_state_dict, load_full_state_dict, load
 from .rollout import use_released_positions
 
 # %% auto #0
-__all__ = ['CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy',
-           'reset_momentum', 'start_grpo', 'load_reference', 'keep_best']
+__all__ = ['CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'replace_folder', 'save_checkpoint', 'load_weights',
+           'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best']
 
 # %% ../nbs/09f_checkpoint.ipynb #daa7436e
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
@@ -39,6 +40,27 @@ def save_model_folder(model, folder: str | Path, processor=None, is_main: bool =
         unwrap_vlm(model).save_pretrained(folder, **({} if sd is None else dict(state_dict=sd)))
         if processor is not None: processor.save_pretrained(folder)
 
+# %% ../nbs/09f_checkpoint.ipynb #a1dba1f1
+@contextmanager
+def replace_folder(
+    path: str | Path,  # the folder to write (replaced whole, or left as it was)
+    is_main: bool = True,  # only the main process empties, swaps and removes
+    wait=lambda: None,  # a barrier over ranks
+):
+    "Yield an empty sibling `.tmp-<name>` to write into, then swap it in for `path` (between barriers)."
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}")
+    wait()
+    if is_main:
+        shutil.rmtree(tmp, ignore_errors=True)  # a crashed write's leftover
+        tmp.mkdir(parents=True)
+    wait()  # the folder exists before any rank writes into it
+    yield tmp  # an exception raised here skips the swap: `path` stays as it was
+    if is_main:
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    wait()
+
 # %% ../nbs/09f_checkpoint.ipynb #08814384
 def save_checkpoint(
     model,  # the plain model (identical on every data-parallel rank), or an FSDP2 root (`shard_fsdp2`)
@@ -51,27 +73,23 @@ def save_checkpoint(
     is_main: bool = True,  # only the main process writes (FSDP2: every rank writes its shards)
     wait=lambda: None,  # a barrier over ranks
 ) -> Path:
-    "Write `checkpoints/step_NNNNNN` atomically (temporary folder + rename); return its path."
-    root = Path(output_dir) / "checkpoints"
-    final, tmp = root / f"step_{state['step']:06d}", root / f".tmp-step_{state['step']:06d}"
+    "Write `checkpoints/step_NNNNNN` atomically (`replace_folder`); return its path."
+    final = Path(output_dir) / "checkpoints" / f"step_{state['step']:06d}"
     sharded = bool(fsdp_modules(model))
-    wait()
-    if is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    if sharded:
-        wait()  # the folder exists before any rank writes into it
-        save_sharded(tmp / "sharded", model, optimizer)  # model + optimizer shards (torch.distributed.checkpoint): exact resume
-    if has_adapters(model): save_adapter(model, tmp / "adapter", processor, is_main)  # LoRA: PEFT's format + the base's digest
-    else: save_model_folder(model, tmp / "model", processor, is_main)  # FSDP2: gathered on rank 0, still an AutoModel folder
-    if is_main:
-        if not sharded: torch.save(optimizer.state_dict(), tmp / "optimizer.pt")  # tensors and numbers: loads with weights_only=True
-        (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1, default=str))
-        if final.exists(): shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in checkpoint_dirs(output_dir)[:-keep] if keep > 0 else []: shutil.rmtree(old, ignore_errors=True)
-    wait()
+    with replace_folder(final, is_main, wait) as tmp:
+        if sharded:  # model + optimizer shards (torch.distributed.checkpoint): exact resume
+            save_sharded(tmp / "sharded", model, optimizer)
+        if has_adapters(model):  # LoRA: PEFT's format + the base's digest
+            save_adapter(model, tmp / "adapter", processor, is_main)
+        else:  # FSDP2: gathered on rank 0, still an AutoModel folder
+            save_model_folder(model, tmp / "model", processor, is_main)
+        if is_main:
+            if not sharded:  # tensors and numbers: loads with weights_only=True
+                torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            (tmp / "scheduler.json").write_text(json.dumps(scheduler.state_dict()))
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1, default=str))
+    if is_main and keep > 0:
+        for old in checkpoint_dirs(output_dir)[:-keep]: shutil.rmtree(old, ignore_errors=True)
     return final
 
 # %% ../nbs/09f_checkpoint.ipynb #34b2c6ef
@@ -155,13 +173,8 @@ def start_grpo(optimizer, model, reset: bool, beta: float, ref_dir: Path, is_mai
     if reset: reset_momentum(optimizer)
     if beta <= 0: return None
     if has_adapters(model): return lora_reference(model, ref_dir, is_main, wait)  # LoRA: no second model
-    tmp = ref_dir.with_name(f".tmp-{ref_dir.name}")
-    if is_main: shutil.rmtree(tmp, ignore_errors=True)
-    save_model_folder(model, tmp, is_main=is_main)  # FSDP2: gathered on rank 0 (every rank calls)
-    if is_main:
-        shutil.rmtree(ref_dir, ignore_errors=True)
-        os.replace(tmp, ref_dir)
-    wait()
+    with replace_folder(ref_dir, is_main, wait) as tmp:
+        save_model_folder(model, tmp, is_main=is_main)  # FSDP2: gathered on rank 0 (every rank calls)
     return frozen_copy(model)
 
 # %% ../nbs/09f_checkpoint.ipynb #44b17468
@@ -181,13 +194,7 @@ def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best
     now = dict(step=step, val_accuracy=val["all"]["accuracy"], val=val)
     if best is not None and now["val_accuracy"] < best["val_accuracy"]:
         return best  # the same decision on every rank
-    wait()
-    tmp, path = out / ".tmp-best", out / "best"
-    if is_main: shutil.rmtree(tmp, ignore_errors=True)
-    save_model_folder(model, tmp, processor, is_main)  # FSDP2: gathered on rank 0 (every rank calls)
-    if is_main:
-        (tmp / "best.json").write_text(json.dumps(now, indent=1))
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
-    wait()
+    with replace_folder(out / "best", is_main, wait) as tmp:
+        save_model_folder(model, tmp, processor, is_main)  # FSDP2: gathered on rank 0 (every rank calls)
+        if is_main: (tmp / "best.json").write_text(json.dumps(now, indent=1))
     return now

@@ -5,8 +5,9 @@
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
 import inspect, json, os, random, re, time
-from dataclasses import fields, asdict
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, Callable
 
 import contextlib
 import numpy as np
@@ -39,12 +40,13 @@ from .warmstart import format_only, sft_update
 from .validate import validate_rows
 
 # %% auto #0
-__all__ = ['sample_prompts', 'shard', 'evaluate_split', 'prepare_data', 'update_kw', 'warm_start_step', 'grpo_phases', 'train',
-           'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main', 'all_reduce_grads', 'Ranks',
-           'run_ranks', 'check_launch', 'TrainConfig', 'CONFIG_RANGES', 'config_help', 'load_config', 'check_config',
-           'rollout_is_mode', 'lr_lambda', 'contracts', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder',
-           'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'keep_best', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups',
+__all__ = ['sample_prompts', 'shard', 'evaluate_split', 'prepare_data', 'update_kw', 'warm_start_step', 'grpo_phases', 'Run',
+           'launch', 'valid_samples', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step',
+           'after_step', 'finish', 'train', 'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main',
+           'all_reduce_grads', 'Ranks', 'run_ranks', 'check_launch', 'TrainConfig', 'CONFIG_RANGES', 'config_help',
+           'load_config', 'check_config', 'rollout_is_mode', 'lr_lambda', 'contracts', 'CKPT_RE', 'checkpoint_dirs',
+           'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy', 'reset_momentum',
+           'start_grpo', 'load_reference', 'keep_best', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups',
            'rollout_groups', 'make_engine', 'sync_engine', 'score_groups', 'mix_offline', 'Draw', 'draw_groups',
            'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'step_micro_batches', 'grpo_update',
            'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'MISMATCH_CAUSES', 'mismatch_warning',
@@ -171,47 +173,102 @@ def grpo_phases(draw, n_prompts: int, policy, optimizer, engine, cfg: TrainConfi
                      **kw, **update_kw(cfg, ranks))  # phase 7
     return row, dict(st, no_signal=0)
 
-# %% ../nbs/10_train.ipynb #4fe960f1
-def train(cfg: TrainConfig) -> dict:
-    "Run the configured training; return the final held-out table per problem type."
+# %% ../nbs/10_train.ipynb #ada45720
+@dataclass
+class Run:
+    "What a training run holds from its setup to its finish: launch, data, policy, engine and log."
+    cfg: TrainConfig
+    acc: Any  # the Accelerator: this module is the only place it lives
+    rank: int  # this process
+    world: int  # processes
+    main: bool  # the process that writes logs, tables and (DDP) checkpoints
+    wait: Callable[[], None]  # a barrier over the processes
+    own_group: bool  # FSDP2 in one process: the one-rank group this run made (and destroys)
+    out: Path  # output_dir
+    samples: list  # the validated training samples
+    formats: list  # the warm start's format-only samples (`09c_warmstart`)
+    splits: dict  # held-out samples: "test", and "val" where a best is chosen
+    eval_prompts: dict  # their prompts, built once
+    processor: Any
+    policy: Any  # the model, or its FSDP2 root (what every forward goes through)
+    optimizer: Any
+    scheduler: Any
+    engine: Any  # the rollout engine (`08_rollout`)
+    ranks: Ranks  # how losses, statistics and gradients reduce over the processes (`09a_parallel`)
+    vc: Any  # the video contract (`09e_config`): part of every cache key and checkpoint
+    ic: Any  # the image contract
+    cache: FrameCache | None
+    sampling: SamplingConfig  # the rollouts'
+    start: int = 0  # the first step: a resumed run's checkpoint step
+    best: dict | None = None  # the best validation record (`keep_best`)
+    ref_model: Any = None  # the KL reference, from the hand-over on (beta > 0)
+    history: list = field(default_factory=list)  # the rows logged so far (main process)
+    warned: set = field(default_factory=set)  # warnings given once
+    t_grpo: float | None = None  # when GRPO started (max_minutes)
+
+    @property
+    def total(self) -> int: return self.cfg.sft_steps + self.cfg.max_steps
+
+    def _repr_markdown_(self):
+        "One row per field: a number or flag itself, a collection's size, anything else its type."
+        def held(v):
+            if isinstance(v, (list, dict, set)): return f"{len(v)} items"
+            return v if v is None or isinstance(v, (bool, int, float)) else type(v).__name__
+        rows = [f"| {f.name} | {held(getattr(self, f.name))} |" for f in fields(self) if f.name != "cfg"]
+        return "| field | holds |\n|---|---|\n" + "\n".join(rows)
+
+    __repr__ = _repr_markdown_  # a terminal shows the same table, not every sample
+
+# %% ../nbs/10_train.ipynb #13963e29
+def launch(cfg: TrainConfig) -> tuple[Any, bool]:
+    "The run's `Accelerator`, every launch mistake refused first; (accelerator, whether a group was made)."
     from accelerate import Accelerator
-    from accelerate.utils import gather_object
     import torch.distributed as dist
     if cfg.parallel not in ("ddp", "fsdp2"):
         raise ValueError(f"config: parallel={cfg.parallel!r}: use 'ddp' or 'fsdp2'")
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     acc = Accelerator(log_with="tensorboard" if cfg.tensorboard else None, project_dir=str(out))
-    rank, world, main, wait = acc.process_index, acc.num_processes, acc.is_main_process, acc.wait_for_everyone
+    world = acc.num_processes
     check_launch(os.environ, world)
     if acc.distributed_type.name == "FSDP":
         raise ValueError("accelerate's FSDP plugin is not used by this trainer (it never runs on CPU, so it "
                          "is untested): launch with a data-parallel accelerate config "
                          "(configs/accelerate/ddp.yaml, or configs/accelerate/fsdp2.yaml with parallel=fsdp2 "
                          "for the trainer's own FSDP2)")
-    fsdp2 = cfg.parallel == "fsdp2"
-    own_group = fsdp2 and not dist.is_initialized()  # one process: FSDP2 over a one-rank group of its own
+    # one process: FSDP2 over a one-rank group of its own
+    own_group = cfg.parallel == "fsdp2" and not dist.is_initialized()
     if own_group:
         backend = "nccl" if acc.device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if cfg.prompts_per_step % world:
         raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
-    # --- setup: data, contracts, processor, model, optimizer, engine
+    return acc, own_group
+
+# %% ../nbs/10_train.ipynb #e9feb54f
+def valid_samples(cfg: TrainConfig, path: Path, split: str, is_main: bool) -> list:
+    "The valid samples of one split's file; the problems of the rest written to output_dir (main process)."
+    out = Path(cfg.output_dir)
+    v = validate_rows(path, cfg.media_root or None, strict=cfg.strict_data, probe=bool(cfg.data),
+                      max_prompt_chars=cfg.max_prompt_chars)
+    if is_main and v.problems:
+        v.write(out, f"validation-{split}")
+        tqdm.write(f"{v.summary()}: see {out / f'validation-{split}.md'}")
+    if not v.samples:
+        raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{split}.md'}")
+    return v.samples
+
+# %% ../nbs/10_train.ipynb #6710f407
+def setup_run(cfg: TrainConfig) -> Run:
+    "Launch, data, model, processor, contracts, engine, optimizer and schedule: a run before its first step."
+    acc, own_group = launch(cfg)
+    rank, world, main, wait = acc.process_index, acc.num_processes, acc.is_main_process, acc.wait_for_everyone
+    fsdp2, out = cfg.parallel == "fsdp2", Path(cfg.output_dir)
     train_file, val_file, eval_file = prepare_data(cfg, main, wait)
-    # every row parsed, typed and checked before the first step (and a given data set's media probed)
-    def read(path, name):
-        v = validate_rows(path, cfg.media_root or None, strict=cfg.strict_data, probe=bool(cfg.data),
-                          max_prompt_chars=cfg.max_prompt_chars)
-        if main and v.problems:
-            v.write(out, f"validation-{name}")
-            tqdm.write(f"{v.summary()}: see {out / f'validation-{name}.md'}")
-        if not v.samples:
-            raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{name}.md'}")
-        return v.samples
-    samples = read(train_file, "train")
+    samples = valid_samples(cfg, train_file, "train", main)
     formats = format_only(samples, cfg.sft_format_sources)  # warm-start samples that teach the format only
-    format_ids = {s.id for s in formats}
-    splits = {"test": read(eval_file, "test")} | ({"val": read(val_file, "val")} if val_file else {})
+    splits = {"test": valid_samples(cfg, eval_file, "test", main)}
+    if val_file: splits["val"] = valid_samples(cfg, val_file, "val", main)
     if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
     fam, size = model_spec(cfg.model)
     model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
@@ -249,146 +306,198 @@ def train(cfg: TrainConfig) -> dict:
     ranks = run_ranks(world, fsdp2, acc.device)  # how losses, statistics and gradients reduce over the ranks
     if engine is None:  # hf: the root itself
         engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
-    tok, pad_id = processor.tokenizer, processor.tokenizer.pad_token_id
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p,
                               max_new_tokens=cfg.max_new_tokens)
     eval_prompts = {k: load_prompts(v, processor, vc, ic, cache, acc.device)[0] for k, v in splits.items()}
-    # --- resume
-    state = load_checkpoint(policy, optimizer, scheduler, out, vc.hash) if cfg.resume else None
-    start, best = (state["step"], state.get("best")) if state else (0, None)
-    total = cfg.sft_steps + cfg.max_steps
-    if state: sync_engine(engine, policy)  # the restored weights, before the first resumed rollout
-    ref_model = load_reference(policy, out / "reference") if cfg.beta > 0 and start > cfg.sft_steps else None
-    mpath, epath = out / "metrics.jsonl", out / "evals.jsonl"
-    history, warned = [], set()
-    if main:
+    return Run(cfg, acc, rank, world, main, wait, own_group, out, samples, formats, splits, eval_prompts,
+               processor, policy, optimizer, scheduler, engine, ranks, vc, ic, cache, sampling)
+
+# %% ../nbs/10_train.ipynb #ed94a66a
+def resume(run: Run) -> None:
+    "Restore the newest checkpoint (resume=true), trim the logs to it, start the trackers."
+    cfg, out = run.cfg, run.out
+    state = None
+    if cfg.resume: state = load_checkpoint(run.policy, run.optimizer, run.scheduler, out, run.vc.hash)
+    run.start, run.best = (state["step"], state.get("best")) if state else (0, None)
+    start, total = run.start, run.total
+    if state: sync_engine(run.engine, run.policy)  # the restored weights, before the first resumed rollout
+    if cfg.beta > 0 and start > cfg.sft_steps:
+        run.ref_model = load_reference(run.policy, out / "reference")
+    if run.main:
+        mpath, epath = out / "metrics.jsonl", out / "evals.jsonl"
         # drop what a crashed run logged after its last checkpoint (the evaluation at `start` came before it)
         for p, last in ((mpath, start - 1), (epath, start if 0 < start < total else start - 1)):
             rows = [r for r in read_jsonl(p, torn_tail=True) if r["step"] <= last]
             atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))
-        history = read_jsonl(mpath, torn_tail=True)
+        run.history = read_jsonl(mpath, torn_tail=True)
         tracked = {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in asdict(cfg).items()}
-        acc.init_trackers("easyvideor1", config=tracked)
-    def run_eval(step):
-        # validation only where a best can be chosen
-        names = [k for k in splits if k == "test" or step >= cfg.sft_steps]
-        tables = {k: per_type(gather_object(evaluate_split(policy, processor, splits[k], eval_prompts[k],
-                                                           rank, world, cfg.max_new_tokens,
-                                                           cfg.strict_format)))
-                  for k in names}
-        if main:
-            val = {"val": tables["val"]} if "val" in tables else {}
-            append_jsonl(epath, dict(step=step, per_type=tables["test"], **val))
-        return tables
-    def evaluate_and_keep(step):
-        nonlocal best
-        tables = run_eval(step)
-        if "val" in tables and step >= cfg.sft_steps:
-            best = keep_best(policy, processor, out, step, tables["val"], best, main, wait)
-        return tables
-    def save(step):
-        state = dict(step=step, config=asdict(cfg), contract_hash=vc.hash, video_contract=vc.to_dict(),
-                     image_contract=ic.to_dict(), best=best)
-        save_checkpoint(policy, processor, optimizer, scheduler, state, out, cfg.keep_checkpoints, main, wait)
-    if start == 0: evaluate_and_keep(0)
-    t_grpo = None
-    bar = tqdm(range(start, total), initial=start, total=total, disable=not main, desc="train")
-    for step in bar:
-        torch.manual_seed(step_seed(cfg.seed, step, rank))
-        random.seed(step_seed(cfg.seed, step, rank, 1))
-        t = {}
-        t0 = time.time()
-        sft = step < cfg.sft_steps  # the warm start (`09c_warmstart`), then GRPO
-        if step == cfg.sft_steps:
-            ref_model = start_grpo(optimizer, policy, cfg.reset_momentum, cfg.beta, out / "reference",
-                                   main, wait)
-        if not sft and t_grpo is None: t_grpo = time.time()
-        pool = samples
-        if sft:
-            pool = [s for s in samples if s.has_offline] + (formats if step >= cfg.sft_answer_steps else [])
-        if sft and not pool:
-            raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
-        n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
-        ids = shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)
-        batch = [pool[i] for i in ids]  # phase 1
-        prompts, rprompts = load_prompts(batch, processor, vc, ic, cache, acc.device)  # phase 2
-        t["load"] = time.time() - t0
-        def draw(d):  # phases 1-5 of the d-th draw of this step's prompts (d > 0 only with dynamic sampling)
-            if d == 0:
-                b = batch
-            else:
-                more = shard(extra_prompts(len(pool), step, d, n_prompts, cfg.seed), rank, world)
-                b = [pool[i] for i in more]
-            t1 = time.time()
-            p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, acc.device)
-            t["load"] += time.time() - t1
-            # FSDP2: one gathering for the whole draw
-            with torch.no_grad(), gathered(policy) if cfg.engine == "hf" else contextlib.nullcontext():
-                return draw_groups(engine, b, p, rp, offline_groups(b, tok, cfg.max_new_tokens), sampling,
-                                   cfg, step, rank, t, d)
-        # phase 7 below: the time of rollouts, rewards and extra loads is not update time
-        t0, busy = time.time(), sum(t.values())
-        if sft:  # phase 7
-            row, st = warm_start_step(policy, processor, optimizer, batch, prompts, cfg, step,
-                                      format_ids, ranks)
-        else:  # phases 3-7
-            row, st = grpo_phases(draw, len(batch), policy, optimizer, engine, cfg, ranks, ref_model, pad_id)
-        scheduler.step()
-        t["update"] = time.time() - t0 - (sum(t.values()) - busy)
-        t0 = time.time()
-        sync_engine(engine, policy)  # phase 8
-        t["sync"] = time.time() - t0
-        row.update(step=step, lr=scheduler.get_last_lr()[0],
-                   **{k: v for k, v in st.items() if np.isscalar(v)},
-                   **{f"time/{k}": v for k, v in t.items()})
-        rows = gather_object([row])
-        if main:
-            # means over ranks; the step stays an int
-            merged = {k: (float(np.mean([r[k] for r in rows if k in r]))
-                          if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
-                      for k, v in rows[0].items()} | dict(step=step)
-            append_jsonl(mpath, merged)  # every step; TensorBoard and the progress bar every log_every steps
-            if (step + 1) % cfg.log_every == 0 or step + 1 == total:
-                acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
-                bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
-            history.append(merged)
-            for kind, msg in collapse_signs(history, cfg.max_new_tokens).items():
-                if kind not in warned:
-                    warned.add(kind)
-                    tqdm.write(f"warning: GRPO step {step}: {msg}; the policy may be collapsing")
-            if "mismatch" not in warned and (msg := mismatch_warning(merged)):
-                warned.add("mismatch")
-                tqdm.write(f"warning: GRPO step {step}: {msg}")
-        done = step + 1 == total or (cfg.max_minutes and not sft
-                                     and time.time() - t_grpo > 60 * cfg.max_minutes)
-        grpo_done = step + 1 - cfg.sft_steps  # GRPO steps finished
-        # where the warm start hands over to GRPO, then every eval_every GRPO steps
-        if not done and (step + 1 == cfg.sft_steps
-                         or (not sft and cfg.eval_every and grpo_done % cfg.eval_every == 0)):
-            evaluate_and_keep(step + 1)
-        if done: break
-        # and at the hand-over: GRPO variants resume from it
-        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.sft_steps:
-            save(step + 1)
-    end = step + 1 if total > start else start
-    final = evaluate_and_keep(end)["test"]
-    if end > start: save(end)  # after the last evaluation, so the checkpoint knows the best step
-    write_param_digest(policy, out / f"params_rank{rank}.sha256")
-    if main:
+        run.acc.init_trackers("easyvideor1", config=tracked)
+
+# %% ../nbs/10_train.ipynb #88395bd3
+def evaluate_and_keep(run: Run, step: int) -> dict:
+    "The held-out tables at `step`, logged; `best/` kept on a validation at least as good (`keep_best`)."
+    from accelerate.utils import gather_object
+    cfg = run.cfg
+    # validation only where a best can be chosen
+    names = [k for k in run.splits if k == "test" or step >= cfg.sft_steps]
+    tables = {k: per_type(gather_object(evaluate_split(run.policy, run.processor, run.splits[k],
+                                                       run.eval_prompts[k], run.rank, run.world,
+                                                       cfg.max_new_tokens, cfg.strict_format)))
+              for k in names}
+    if run.main:
+        val = {"val": tables["val"]} if "val" in tables else {}
+        append_jsonl(run.out / "evals.jsonl", dict(step=step, per_type=tables["test"], **val))
+    if "val" in tables and step >= cfg.sft_steps:
+        run.best = keep_best(run.policy, run.processor, run.out, step, tables["val"], run.best,
+                             run.main, run.wait)
+    return tables
+
+# %% ../nbs/10_train.ipynb #d2f63906
+def save_run(run: Run, step: int) -> Path:
+    "Checkpoint the run at `step` (`save_checkpoint`)."
+    vc, ic = run.vc, run.ic
+    state = dict(step=step, config=asdict(run.cfg), contract_hash=vc.hash, video_contract=vc.to_dict(),
+                 image_contract=ic.to_dict(), best=run.best)
+    return save_checkpoint(run.policy, run.processor, run.optimizer, run.scheduler, state, run.out,
+                           run.cfg.keep_checkpoints, run.main, run.wait)
+
+# %% ../nbs/10_train.ipynb #7eac9c73
+def train_step(run: Run, step: int) -> dict:
+    "Phases 1-8 of one step (the warm start's or GRPO's) on this rank; the step's log row."
+    cfg, rank, world, policy, processor = run.cfg, run.rank, run.world, run.policy, run.processor
+    vc, ic, cache, device = run.vc, run.ic, run.cache, run.acc.device
+    torch.manual_seed(step_seed(cfg.seed, step, rank))
+    random.seed(step_seed(cfg.seed, step, rank, 1))
+    t = {}
+    t0 = time.time()
+    sft = step < cfg.sft_steps  # the warm start (`09c_warmstart`), then GRPO
+    if step == cfg.sft_steps:
+        run.ref_model = start_grpo(run.optimizer, policy, cfg.reset_momentum, cfg.beta, run.out / "reference",
+                                   run.main, run.wait)
+    if not sft and run.t_grpo is None: run.t_grpo = time.time()
+    pool = run.samples
+    if sft:
+        pool = [s for s in pool if s.has_offline] + (run.formats if step >= cfg.sft_answer_steps else [])
+    if sft and not pool:
+        raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
+    n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
+    ids = shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)
+    batch = [pool[i] for i in ids]  # phase 1
+    prompts, rprompts = load_prompts(batch, processor, vc, ic, cache, device)  # phase 2
+    t["load"] = time.time() - t0
+    def draw(d):  # phases 1-5 of the d-th draw of this step's prompts (d > 0 only with dynamic sampling)
+        if d == 0:
+            b = batch
+        else:
+            more = shard(extra_prompts(len(pool), step, d, n_prompts, cfg.seed), rank, world)
+            b = [pool[i] for i in more]
+        t1 = time.time()
+        p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, device)
+        t["load"] += time.time() - t1
+        # FSDP2: one gathering for the whole draw
+        with torch.no_grad(), gathered(policy) if cfg.engine == "hf" else contextlib.nullcontext():
+            offline = offline_groups(b, processor.tokenizer, cfg.max_new_tokens)
+            return draw_groups(run.engine, b, p, rp, offline, run.sampling, cfg, step, rank, t, d)
+    # phase 7 below: the time of rollouts, rewards and extra loads is not update time
+    t0, busy = time.time(), sum(t.values())
+    if sft:  # phase 7
+        format_ids = {s.id for s in run.formats}
+        row, st = warm_start_step(policy, processor, run.optimizer, batch, prompts, cfg, step,
+                                  format_ids, run.ranks)
+    else:  # phases 3-7
+        row, st = grpo_phases(draw, len(batch), policy, run.optimizer, run.engine, cfg, run.ranks,
+                              run.ref_model, processor.tokenizer.pad_token_id)
+    run.scheduler.step()
+    t["update"] = time.time() - t0 - (sum(t.values()) - busy)
+    t0 = time.time()
+    sync_engine(run.engine, policy)  # phase 8
+    t["sync"] = time.time() - t0
+    row.update(step=step, lr=run.scheduler.get_last_lr()[0],
+               **{k: v for k, v in st.items() if np.isscalar(v)},
+               **{f"time/{k}": v for k, v in t.items()})
+    return row
+
+# %% ../nbs/10_train.ipynb #65259386
+def log_step(run: Run, step: int, row: dict, bar) -> None:
+    "Log one step's rows (means over ranks): metrics.jsonl, TensorBoard and the bar, warnings once."
+    from accelerate.utils import gather_object
+    rows = gather_object([row])
+    if not run.main: return
+    # means over ranks; the step stays an int
+    merged = {k: (float(np.mean([r[k] for r in rows if k in r]))
+                  if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+              for k, v in rows[0].items()} | dict(step=step)
+    append_jsonl(run.out / "metrics.jsonl", merged)  # every step; TensorBoard and the bar every log_every
+    if (step + 1) % run.cfg.log_every == 0 or step + 1 == run.total:
+        run.acc.log({k: v for k, v in merged.items() if isinstance(v, (int, float))}, step=step)
+        bar.set_postfix({k: f"{merged[k]:.3f}" for k in ("nll", "reward", "accuracy") if k in merged})
+    run.history.append(merged)
+    for kind, msg in collapse_signs(run.history, run.cfg.max_new_tokens).items():
+        if kind not in run.warned:
+            run.warned.add(kind)
+            tqdm.write(f"warning: GRPO step {step}: {msg}; the policy may be collapsing")
+    if "mismatch" not in run.warned and (msg := mismatch_warning(merged)):
+        run.warned.add("mismatch")
+        tqdm.write(f"warning: GRPO step {step}: {msg}")
+
+# %% ../nbs/10_train.ipynb #6d389e3b
+def after_step(run: Run, step: int) -> bool:
+    "Evaluate and checkpoint where the schedule says; whether the run is done."
+    cfg = run.cfg
+    sft = step < cfg.sft_steps
+    done = step + 1 == run.total or (cfg.max_minutes and not sft
+                                     and time.time() - run.t_grpo > 60 * cfg.max_minutes)
+    grpo_done = step + 1 - cfg.sft_steps  # GRPO steps finished
+    # where the warm start hands over to GRPO, then every eval_every GRPO steps
+    if not done and (step + 1 == cfg.sft_steps
+                     or (not sft and cfg.eval_every and grpo_done % cfg.eval_every == 0)):
+        evaluate_and_keep(run, step + 1)
+    if done: return True
+    # and at the hand-over: GRPO variants resume from it
+    if (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.sft_steps:
+        save_run(run, step + 1)
+    return False
+
+# %% ../nbs/10_train.ipynb #f9cfaab5
+def finish(run: Run, end: int) -> dict:
+    "The last evaluation and checkpoint, the digests, the curve and table; the engine and the run closed."
+    import torch.distributed as dist
+    cfg, out = run.cfg, run.out
+    final = evaluate_and_keep(run, end)["test"]
+    if end > run.start: save_run(run, end)  # after the last evaluation, so the checkpoint knows the best step
+    write_param_digest(run.policy, out / f"params_rank{run.rank}.sha256")
+    if run.main:
         import matplotlib.pyplot as plt
-        evals = read_jsonl(epath)
-        plt.close(plot_curves(read_jsonl(mpath), evals, out / "curve.png"))
+        evals = read_jsonl(out / "evals.jsonl")
+        plt.close(plot_curves(read_jsonl(out / "metrics.jsonl"), evals, out / "curve.png"))
         at = lambda s: next((e["per_type"] for e in evals if e["step"] == s), None)
         warm = at(cfg.sft_steps) if cfg.max_steps and cfg.sft_steps else None
+        best = run.best
         md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
         (out / "final.md").write_text(md + "\n")
         show_table(md)
-    if hasattr(engine, "close"):  # vLLM: before accelerate destroys the process group its teardown needs
-        engine.close()
-    acc.end_training()
-    if own_group and dist.is_initialized():  # (accelerate's end_training may have done it)
+    if hasattr(run.engine, "close"):  # vLLM: before accelerate destroys the process group its teardown needs
+        run.engine.close()
+    run.acc.end_training()
+    if run.own_group and dist.is_initialized():  # (accelerate's end_training may have done it)
         dist.destroy_process_group()
     return final
+
+# %% ../nbs/10_train.ipynb #4fe960f1
+def train(cfg: TrainConfig) -> dict:
+    "Run the configured training; return the final held-out table per problem type."
+    run = setup_run(cfg)
+    resume(run)
+    if run.start == 0: evaluate_and_keep(run, 0)
+    start, total = run.start, run.total
+    bar = tqdm(range(start, total), initial=start, total=total, disable=not run.main, desc="train")
+    end = start
+    for step in bar:
+        row = train_step(run, step)
+        log_step(run, step, row, bar)
+        end = step + 1
+        if after_step(run, step): break
+    return finish(run, end)
 
 # %% ../nbs/10_train.ipynb #d0ac11da
 class TrainerCode(str):

@@ -12,12 +12,13 @@ import torch
 from .data import call_vlm, collate, forward_vlm, with_completion
 from .grpo import MicroBatch, global_n_total, grpo_step, token_logprobs
 from .parallel import pad_micro_batches
-from .replay import Trajectory
+from .replay import Trajectory, offline_trajectory
 from .rewards import answer_span
 
 # %% auto #0
 __all__ = ['answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn', 'option_letters', 'option_swaps',
-           'option_targets', 'format_only', 'logits_and_head_input', 'prior_logits', 'smoothed_logp', 'sft_update']
+           'option_targets', 'format_only', 'logits_and_head_input', 'prior_logits', 'smoothed_logp', 'sft_update',
+           'letter_probe', 'probe_summary']
 
 # %% ../nbs/09c_warmstart.ipynb #14241488
 def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
@@ -193,3 +194,54 @@ def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: in
         return lp_alt
     stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=n_total, **step_kw)
     return dict(stats, nll=float(np.mean(nll)))
+
+# %% ../nbs/09c_warmstart.ipynb #e0f81ec4
+def letter_probe(model, processor, samples, prompts, micro_batch_size: int = 16) -> list[dict]:
+    """Per multiple-choice sample: p(each option letter) where the policy writes `<answer>` and a letter (renormalised
+    over the letters) and the hidden state the output layer reads there, (H,); teacher-forced, one forward per batch."""
+    tok, rows = processor.tokenizer, []
+    mc = [(s, p) for s, p in zip(samples, prompts) if len(option_letters(s.options)) > 1]
+    was_training = model.training
+    model.eval()
+    for k in range(0, len(mc), micro_batch_size):
+        chunk = mc[k:k + micro_batch_size]
+        trajs = [offline_trajectory(f"<answer>{option_letters(s.options)[0]}</answer>", tok, 16) for s, _ in chunk]
+        mb = sft_micro_batches([p for _, p in chunk], trajs, processor, len(chunk), answer_only=True)[0]
+        T = mb.mask.shape[1]
+        with torch.no_grad():
+            logits, h = (x[:, :-1] for x in logits_and_head_input(model, mb.inputs, T))  # (B, T, V), (B, T, H)
+        for i, ((s, _), t) in enumerate(zip(chunk, trajs)):
+            swaps = option_swaps(t, s.options, tok)  # the other letters: (position, token id)
+            j = swaps[0][0]  # the letter's position in the trajectory
+            at = T - answer_end(t, tok) + j  # and in the left-padded batch
+            p = logits[i, at].float().softmax(-1)[[t.ids[j]] + [x for _, x in swaps]]
+            rows.append(dict(id=s.id, source=s.data_source, answer=s.answer, letters=option_letters(s.options),
+                             p=(p / p.sum()).tolist(), h=h[i, at].float().cpu()))
+    model.train(was_training)
+    return rows
+
+# %% ../nbs/09c_warmstart.ipynb #e0c48bd8
+def _gap(h: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """(distance between the means of h (n, H) where y (n,) is True and where it is False, the RMS distance of each h
+    from its class mean). The squared distance is less what noise alone adds (var/n per side): noise gives ~0 (signed)."""
+    a, b = h[y], h[~y]
+    if min(len(a), len(b)) < 2: return float("nan"), float("nan")
+    va, vb = a.var(0), b.var(0)  # (H,) within each class
+    d2 = float(((a.mean(0) - b.mean(0)) ** 2).sum() - (va / len(a)).sum() - (vb / len(b)).sum())
+    within = float(torch.cat([a - a.mean(0), b - b.mean(0)]).pow(2).sum(1).mean().sqrt())
+    return float(np.sign(d2) * np.sqrt(abs(d2))), within
+
+def probe_summary(rows: list[dict]) -> dict[str, dict]:
+    """Per data source of `letter_probe` rows: clips, mean p(right letter), spread of p(first letter), and the gap
+    between the mean head inputs of clips with different answers (first letter or not) beside their spread within."""
+    out = {}
+    for src in sorted({r["source"] for r in rows}):
+        rs = [r for r in rows if r["source"] == src]
+        p_first = torch.tensor([r["p"][0] for r in rs])
+        right = [r["p"][r["letters"].index(r["answer"])] if r["answer"] in r["letters"] else float("nan") for r in rs]
+        y = torch.tensor([r["answer"] == r["letters"][0] for r in rs])
+        gap, within = _gap(torch.stack([r["h"] for r in rs]), y)
+        out[src] = dict(n=len(rs), p_right=float(np.nanmean(right)), spread=float(p_first.std(unbiased=False)),
+                        gap=gap, within=within)
+    return out
+

@@ -17,9 +17,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def newest_checkpoint(path: Path) -> Path:
+    from easyvideor1.checkpoint import checkpoint_dirs  # complete checkpoints only, oldest first
     if (path / "trainer_state.json").exists(): return path
-    ckpts = sorted((path / "checkpoints").glob("step_*"))
-    if not ckpts: sys.exit(f"{path}: no checkpoints/step_* folder and no trainer_state.json")
+    ckpts = checkpoint_dirs(path)
+    if not ckpts: sys.exit(f"{path}: no complete checkpoints/step_* folder and no trainer_state.json")
     return ckpts[-1]
 
 

@@ -13,13 +13,15 @@ import torch
 from .data import unwrap_vlm
 from .lora import (has_adapters, load_adapter, load_lora_reference, lora_reference, save_adapter,
                               save_merged)
+from .models import param_digest
 from .parallel import (fsdp_modules, full_state_dict, load_full_state_dict, load_sharded,
                                   save_sharded, shard_fsdp2)
 from .rollout import use_released_positions
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'replace_folder', 'save_checkpoint', 'load_weights',
-           'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best']
+           'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best',
+           'write_param_digest']
 
 # %% ../nbs/09f_checkpoint.ipynb #daa7436e
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
@@ -198,3 +200,13 @@ def keep_best(model, processor, out: Path, step: int, val: dict[str, dict], best
         save_model_folder(model, tmp, processor, is_main)  # FSDP2: gathered on rank 0 (every rank calls)
         if is_main: (tmp / "best.json").write_text(json.dumps(now, indent=1))
     return now
+
+# %% ../nbs/09f_checkpoint.ipynb #2bd7a578
+def write_param_digest(model, path: Path) -> str:
+    "sha256 of every parameter's bytes in name order (data-parallel ranks must agree; FSDP2: gathered)."
+    # FSDP2: gathering the full tensors is a collective
+    sd = full_state_dict(model, rank0_only=False) if fsdp_modules(model) else model.state_dict()
+    digest = param_digest(sd.items())
+    Path(path).write_text(digest + "\n")
+    return digest
+

@@ -4,20 +4,23 @@
 
 # %% ../nbs/09e_config.ipynb #5397d363
 from __future__ import annotations
-import inspect, re
+import inspect, json, re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tqdm.auto import tqdm
+
 from .lora import LORA_TARGET
-from .validate import DEFAULT_MAX_PROMPT_CHARS
+from .synthetic import atomic_write_text, make_suite
+from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract
 
 # %% auto #0
 __all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'lr_lambda',
-           'contracts']
+           'contracts', 'prepare_data', 'valid_samples']
 
 # %% ../nbs/09e_config.ipynb #815ccc2f
 @dataclass
@@ -227,3 +230,37 @@ def contracts(cfg: TrainConfig, family: str) -> tuple[VideoContract, ImageContra
                                   total_pixels=cfg.video_total_pixels or None)
     ic = ImageContract.for_family(family, min_pixels=cfg.image_min_pixels, max_pixels=cfg.image_max_pixels)
     return vc, ic
+
+# %% ../nbs/09e_config.ipynb #a73336af
+def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path | None, Path | None]:
+    "The training, validation and held-out files: the given ones, or a synthetic suite in output_dir/suite."
+    opt = lambda v: Path(v) if v else None
+    if cfg.data: return Path(cfg.data), opt(cfg.val_data), opt(cfg.eval_data)
+    suite = Path(cfg.output_dir) / "suite"
+    names = lambda v: [t.strip() for t in v.split(",") if t.strip()]
+    args = dict(n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, n_val=cfg.synthetic_val_n,
+                seed=cfg.seed, think=cfg.synthetic_think, tasks=names(cfg.synthetic_tasks),
+                offline_fraction=cfg.offline_fraction,
+                offline_tasks=names(cfg.synthetic_offline_tasks) or None,
+                task_options=cfg.synthetic_task_options)
+    made = suite / "suite.json"  # the arguments the suite was made with: a changed config makes a new one
+    if is_main and not ((suite / "test.jsonl").exists() and made.exists()
+                        and json.loads(made.read_text()) == args):
+        make_suite(suite, **args)
+        atomic_write_text(made, json.dumps(args))
+    wait()
+    val = opt(cfg.val_data) or (suite / "val.jsonl" if cfg.synthetic_val_n else None)
+    return suite / "train.jsonl", val, opt(cfg.eval_data) or suite / "test.jsonl"
+
+# %% ../nbs/09e_config.ipynb #e9feb54f
+def valid_samples(cfg: TrainConfig, path: Path, split: str, is_main: bool) -> list:
+    "The valid samples of one split's file; the problems of the rest written to output_dir (main process)."
+    out = Path(cfg.output_dir)
+    v = validate_rows(path, cfg.media_root or None, strict=cfg.strict_data, probe=bool(cfg.data),
+                      max_prompt_chars=cfg.max_prompt_chars)
+    if is_main and v.problems:
+        v.write(out, f"validation-{split}")
+        tqdm.write(f"{v.summary()}: see {out / f'validation-{split}.md'}")
+    if not v.samples:
+        raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{split}.md'}")
+    return v.samples

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import ast, csv, hashlib, json, math, os, queue, re, sys, threading, time, warnings
 import torch
+from tqdm.auto import tqdm
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 from .data import Media, clip_window, load_media
 from .rewards import extract_ground_truth, find_answer
+from .rollout import HFEngine, SamplingConfig
 from .synthetic import atomic_write_text, read_jsonl
 
 # %% auto #0
@@ -25,7 +27,7 @@ __all__ = ['BENCHMARKS', 'NOT_SUPPORTED', 'METRICS', 'HEADLINE', 'EvalItem', 'An
            'weights_digest', 'package_versions', 'state_dict_digest', 'make_manifest', 'MediaLoader', 'PipelineError',
            'is_transient', 'run_pipeline', 'drop_failed', 'failure_counts', 'OracleEngine', 'VLLMAsyncEngine',
            'evaluate_file', 'summarize_run', 'skipped_rows', 'merge_results', 'summary_rows', 'markdown_table',
-           'bar_chart', 'report', 'contracts_for', 'load_hf_engine', 'main']
+           'bar_chart', 'report', 'contracts_for', 'load_hf_engine', 'main', 'evaluate_split']
 
 # %% ../nbs/11_evaluate.ipynb #979b69c1
 @dataclass
@@ -1172,3 +1174,23 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__" and not hasattr(__import__("builtins"), "__IPYTHON__"): sys.exit(main())  # not inside notebooks
+
+# %% ../nbs/11_evaluate.ipynb #84c24f72
+def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1,
+                   max_new_tokens: int = 48, strict_format: bool = False) -> list[dict]:
+    "Greedy accuracy and format per problem type and source on held-out samples (this rank's share)."
+    n = len(samples) - len(samples) % world_size
+    mine = list(range(n))[rank::world_size]
+    was_training = model.training
+    model.eval()
+    greedy = SamplingConfig(n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=None)  # RNG untouched
+    groups = HFEngine(model, processor).generate([prompts[i] for i in mine], greedy)
+    model.train(was_training)
+    rows = [dict(problem_type=samples[i].problem_type, source=samples[i].data_source,
+                 **score_row(samples[i], g[0].text, strict_format=strict_format, lenient=False))  # RL's rule
+            for i, g in zip(mine, groups)]
+    if bad := [r for r in rows if r["error"]]:
+        tqdm.write(f"warning: held-out evaluation: {len(bad)} responses could not be scored "
+                   f"(first: {bad[0]['error'][:300]})")
+    return rows
+

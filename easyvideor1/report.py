@@ -4,11 +4,11 @@
 
 # %% ../nbs/09d_report.ipynb #d7231e96
 from __future__ import annotations
-import json, math, os
+import inspect, json, math, os, re
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['per_type', 'append_jsonl', 'table_md', 'show_table', 'plot_curves', 'collapse_signs']
+__all__ = ['per_type', 'append_jsonl', 'table_md', 'show_table', 'plot_curves', 'collapse_signs', 'TrainerCode', 'trainer_code']
 
 # %% ../nbs/09d_report.ipynb #9570711d
 def per_type(rows: list[dict]) -> dict[str, dict]:
@@ -96,3 +96,17 @@ def collapse_signs(rows: list[dict], max_new_tokens: int) -> dict[str, str]:
     if len(ents) > 1 and ents[-1] > max(1.0, 10 * min(ents)):
         signs["entropy"] = f"sampled entropy jumped to {ents[-1]:.2f} nats/token (it was {min(ents):.2f})"
     return signs
+
+# %% ../nbs/09d_report.ipynb #d0ac11da
+class TrainerCode(str):
+    "Source text that a notebook shows as a highlighted Python block (and a terminal as plain text)."
+    def _repr_markdown_(self): return f"```python\n{self}\n```"
+
+def trainer_code(*objs, grep: str | None = None) -> TrainerCode:
+    "The source of the trainer's functions `objs`, or only their lines matching the regex `grep` (numbered)."
+    parts = []
+    for o in objs:
+        lines, start = inspect.getsourcelines(o)
+        if grep: lines = [f"{start + i:4d}  {l}" for i, l in enumerate(lines) if re.search(grep, l)]
+        parts.append("".join(lines).rstrip("\n"))
+    return TrainerCode("\n\n".join(parts))

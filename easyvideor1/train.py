@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
-import inspect, json, os, random, re, time
+import json, os, random, time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -17,49 +17,50 @@ from tqdm.auto import tqdm
 from .cache import FrameCache
 from .checkpoint import (CKPT_RE, checkpoint_dirs, frozen_copy, keep_best, load_checkpoint,
                                     load_reference, load_weights, reset_momentum, save_checkpoint,
-                                    save_model_folder, start_grpo)
+                                    save_model_folder, start_grpo, write_param_digest)
 from .config import (CONFIG_RANGES, TrainConfig, check_config, config_help, contracts, load_config,
-                                lr_lambda, rollout_is_mode)
-from .evaluate import score_row
-from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
+                                lr_lambda, prepare_data, rollout_is_mode, valid_samples)
+from .evaluate import evaluate_split
+from .report import (append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md,
+                               TrainerCode, trainer_code)
 from .lora import apply_lora, tower_frozen, use_vision_features
 from .grpo import check_loss_config
-from .models import model_family, model_spec, param_digest, qwen_processor, qwen_vlm
-from .parallel import (all_reduce_grads, check_launch, fsdp_modules, full_state_dict, gathered,
+from .models import model_family, model_spec, qwen_processor, qwen_vlm
+from .parallel import (all_reduce_grads, check_launch, gathered,
                                   Ranks, run_ranks, shard_fsdp2)
 from .prefix import enable_checkpointing
 from .replay import check_offpolicy_data
-from .rollout import HFEngine, SamplingConfig, use_released_positions
+from .rollout import SamplingConfig, use_released_positions
 from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advantages, grpo_row,
                               grpo_update, load_prompts, make_engine, MISMATCH_CAUSES, mismatch_metrics,
                               mismatch_warning, mix_offline, offline_groups, online_rollout_logp, replay_rows,
                               rollout_gap, rollout_groups, rollout_mismatch, score_groups, step_micro_batches,
                               step_seed, sync_engine)
-from .synthetic import atomic_write_text, make_suite, read_jsonl
+from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only, sft_update
-from .validate import validate_rows
 
 # %% auto #0
-__all__ = ['sample_prompts', 'shard', 'evaluate_split', 'prepare_data', 'update_kw', 'warm_start_step', 'grpo_phases', 'Run',
-           'launch', 'valid_samples', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step',
-           'after_step', 'finish', 'train', 'TrainerCode', 'trainer_code', 'write_param_digest', 'parse_args', 'main',
-           'all_reduce_grads', 'Ranks', 'run_ranks', 'check_launch', 'TrainConfig', 'CONFIG_RANGES', 'config_help',
-           'load_config', 'check_config', 'rollout_is_mode', 'lr_lambda', 'contracts', 'CKPT_RE', 'checkpoint_dirs',
-           'save_model_folder', 'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy', 'reset_momentum',
-           'start_grpo', 'load_reference', 'keep_best', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups',
-           'rollout_groups', 'make_engine', 'sync_engine', 'score_groups', 'mix_offline', 'Draw', 'draw_groups',
-           'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'step_micro_batches', 'grpo_update',
-           'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'MISMATCH_CAUSES', 'mismatch_warning',
-           'rollout_mismatch']
+__all__ = ['sample_prompts', 'shard', 'update_kw', 'warm_start_step', 'grpo_phases', 'Run', 'launch', 'setup_run', 'resume',
+           'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step', 'finish', 'train', 'parse_args',
+           'main', 'all_reduce_grads', 'Ranks', 'run_ranks', 'check_launch', 'TrainConfig', 'CONFIG_RANGES',
+           'config_help', 'load_config', 'check_config', 'rollout_is_mode', 'lr_lambda', 'contracts', 'prepare_data',
+           'valid_samples', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint', 'load_weights',
+           'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best',
+           'write_param_digest', 'TrainerCode', 'trainer_code', 'evaluate_split', 'step_seed', 'load_prompts',
+           'replay_rows', 'offline_groups', 'rollout_groups', 'make_engine', 'sync_engine', 'score_groups',
+           'mix_offline', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
+           'step_micro_batches', 'grpo_update', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics',
+           'MISMATCH_CAUSES', 'mismatch_warning', 'rollout_mismatch']
 
 # %% ../nbs/10_train.ipynb #c0f1a2b4
-# importable from here as before: the names of 09a_parallel, 09e_config, 09f_checkpoint and 09g_step
+# importable from here as before: the names of 09a_parallel, 09d_report, 09e_config, 09f_checkpoint, 09g_step
+# and 11_evaluate that the trainer once defined or re-exports
 _all_ = ["all_reduce_grads", "Ranks", "run_ranks", "check_launch",
          "TrainConfig", "CONFIG_RANGES", "config_help", "load_config", "check_config", "rollout_is_mode",
-         "lr_lambda", "contracts",
+         "lr_lambda", "contracts", "prepare_data", "valid_samples",
          "CKPT_RE", "checkpoint_dirs", "save_model_folder", "save_checkpoint",
          "load_weights", "load_checkpoint", "frozen_copy", "reset_momentum", "start_grpo", "load_reference",
-         "keep_best",
+         "keep_best", "write_param_digest", "TrainerCode", "trainer_code", "evaluate_split",
          "step_seed", "load_prompts", "replay_rows", "offline_groups", "rollout_groups", "make_engine",
          "sync_engine", "score_groups", "mix_offline", "Draw", "draw_groups", "extra_prompts",
          "collect_groups", "grpo_advantages", "grpo_row", "step_micro_batches", "grpo_update",
@@ -85,47 +86,6 @@ def shard(items: list, rank: int, world_size: int) -> list:
         raise ValueError(f"shard: {len(items)} items do not split over {world_size} ranks")
     n = len(items) // world_size
     return items[rank * n:(rank + 1) * n]
-
-# %% ../nbs/10_train.ipynb #84c24f72
-def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1,
-                   max_new_tokens: int = 48, strict_format: bool = False) -> list[dict]:
-    "Greedy accuracy and format per problem type and source on held-out samples (this rank's share)."
-    n = len(samples) - len(samples) % world_size
-    mine = list(range(n))[rank::world_size]
-    was_training = model.training
-    model.eval()
-    greedy = SamplingConfig(n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=None)  # RNG untouched
-    groups = HFEngine(model, processor).generate([prompts[i] for i in mine], greedy)
-    model.train(was_training)
-    rows = [dict(problem_type=samples[i].problem_type, source=samples[i].data_source,
-                 **score_row(samples[i], g[0].text, strict_format=strict_format, lenient=False))  # RL's rule
-            for i, g in zip(mine, groups)]
-    if bad := [r for r in rows if r["error"]]:
-        tqdm.write(f"warning: held-out evaluation: {len(bad)} responses could not be scored "
-                   f"(first: {bad[0]['error'][:300]})")
-    return rows
-
-
-# %% ../nbs/10_train.ipynb #a73336af
-def prepare_data(cfg: TrainConfig, is_main: bool, wait) -> tuple[Path, Path | None, Path | None]:
-    "The training, validation and held-out files: the given ones, or a synthetic suite in output_dir/suite."
-    opt = lambda v: Path(v) if v else None
-    if cfg.data: return Path(cfg.data), opt(cfg.val_data), opt(cfg.eval_data)
-    suite = Path(cfg.output_dir) / "suite"
-    names = lambda v: [t.strip() for t in v.split(",") if t.strip()]
-    args = dict(n_per_task=cfg.synthetic_n, n_test=cfg.synthetic_test_n, n_val=cfg.synthetic_val_n,
-                seed=cfg.seed, think=cfg.synthetic_think, tasks=names(cfg.synthetic_tasks),
-                offline_fraction=cfg.offline_fraction,
-                offline_tasks=names(cfg.synthetic_offline_tasks) or None,
-                task_options=cfg.synthetic_task_options)
-    made = suite / "suite.json"  # the arguments the suite was made with: a changed config makes a new one
-    if is_main and not ((suite / "test.jsonl").exists() and made.exists()
-                        and json.loads(made.read_text()) == args):
-        make_suite(suite, **args)
-        atomic_write_text(made, json.dumps(args))
-    wait()
-    val = opt(cfg.val_data) or (suite / "val.jsonl" if cfg.synthetic_val_n else None)
-    return suite / "train.jsonl", val, opt(cfg.eval_data) or suite / "test.jsonl"
 
 # %% ../nbs/10_train.ipynb #19a9753c
 def update_kw(cfg: TrainConfig, ranks: Ranks) -> dict:
@@ -187,6 +147,7 @@ class Run:
     out: Path  # output_dir
     samples: list  # the validated training samples
     formats: list  # the warm start's format-only samples (`09c_warmstart`)
+    format_ids: set  # their ids
     splits: dict  # held-out samples: "test", and "val" where a best is chosen
     eval_prompts: dict  # their prompts, built once
     processor: Any
@@ -245,19 +206,6 @@ def launch(cfg: TrainConfig) -> tuple[Any, bool]:
         raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
     return acc, own_group
 
-# %% ../nbs/10_train.ipynb #e9feb54f
-def valid_samples(cfg: TrainConfig, path: Path, split: str, is_main: bool) -> list:
-    "The valid samples of one split's file; the problems of the rest written to output_dir (main process)."
-    out = Path(cfg.output_dir)
-    v = validate_rows(path, cfg.media_root or None, strict=cfg.strict_data, probe=bool(cfg.data),
-                      max_prompt_chars=cfg.max_prompt_chars)
-    if is_main and v.problems:
-        v.write(out, f"validation-{split}")
-        tqdm.write(f"{v.summary()}: see {out / f'validation-{split}.md'}")
-    if not v.samples:
-        raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{split}.md'}")
-    return v.samples
-
 # %% ../nbs/10_train.ipynb #6710f407
 def setup_run(cfg: TrainConfig) -> Run:
     "Launch, data, model, processor, contracts, engine, optimizer and schedule: a run before its first step."
@@ -309,7 +257,8 @@ def setup_run(cfg: TrainConfig) -> Run:
     sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p,
                               max_new_tokens=cfg.max_new_tokens)
     eval_prompts = {k: load_prompts(v, processor, vc, ic, cache, acc.device)[0] for k, v in splits.items()}
-    return Run(cfg, acc, rank, world, main, wait, own_group, out, samples, formats, splits, eval_prompts,
+    return Run(cfg, acc, rank, world, main, wait, own_group, out, samples, formats, {s.id for s in formats},
+               splits, eval_prompts,
                processor, policy, optimizer, scheduler, engine, ranks, vc, ic, cache, sampling)
 
 # %% ../nbs/10_train.ipynb #ed94a66a
@@ -401,9 +350,8 @@ def train_step(run: Run, step: int) -> dict:
     # phase 7 below: the time of rollouts, rewards and extra loads is not update time
     t0, busy = time.time(), sum(t.values())
     if sft:  # phase 7
-        format_ids = {s.id for s in run.formats}
         row, st = warm_start_step(policy, processor, run.optimizer, batch, prompts, cfg, step,
-                                  format_ids, run.ranks)
+                                  run.format_ids, run.ranks)
     else:  # phases 3-7
         row, st = grpo_phases(draw, len(batch), policy, run.optimizer, run.engine, cfg, run.ranks,
                               run.ref_model, processor.tokenizer.pad_token_id)
@@ -499,29 +447,7 @@ def train(cfg: TrainConfig) -> dict:
         if after_step(run, step): break
     return finish(run, end)
 
-# %% ../nbs/10_train.ipynb #d0ac11da
-class TrainerCode(str):
-    "Source text that a notebook shows as a highlighted Python block (and a terminal as plain text)."
-    def _repr_markdown_(self): return f"```python\n{self}\n```"
-
-def trainer_code(*objs, grep: str | None = None) -> TrainerCode:
-    "The source of the trainer's functions `objs`, or only their lines matching the regex `grep` (numbered)."
-    parts = []
-    for o in objs:
-        lines, start = inspect.getsourcelines(o)
-        if grep: lines = [f"{start + i:4d}  {l}" for i, l in enumerate(lines) if re.search(grep, l)]
-        parts.append("".join(lines).rstrip("\n"))
-    return TrainerCode("\n\n".join(parts))
-
 # %% ../nbs/10_train.ipynb #035a931b
-def write_param_digest(model, path: Path) -> str:
-    "sha256 of every parameter's bytes in name order (data-parallel ranks must agree; FSDP2: gathered)."
-    # FSDP2: gathering the full tensors is a collective
-    sd = full_state_dict(model, rank0_only=False) if fsdp_modules(model) else model.state_dict()
-    digest = param_digest(sd.items())
-    Path(path).write_text(digest + "\n")
-    return digest
-
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     "The run's config from `--config FILE`, `--resume` and `key=value` overrides."
     import argparse

@@ -766,7 +766,6 @@ def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media
                  stall_timeout: float | None = 1800.0,  # seconds without any finished item before the run is declared stuck
                  progress: bool = True) -> list[dict]:
     "Evaluate the items not yet in `results`: loader threads -> bounded queue -> engine -> score -> append."
-    from tqdm.auto import tqdm
     from easyvideor1.rollout import SamplingConfig
     sampling = sampling or SamplingConfig(n=1, temperature=0.0, max_new_tokens=256)
     if sampling.n != 1: raise ValueError(f"run_pipeline scores one completion per item; got sampling.n={sampling.n}")

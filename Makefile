@@ -5,6 +5,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.14.1 torchvision==0.29.1
+# every other package at the version CI last passed with (see its header); CONSTRAINTS= installs the newest instead
+CONSTRAINTS ?= constraints.txt
 BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -14,11 +16,11 @@ export PYTHONUNBUFFERED := 1
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py settings.ini
+$(VENV)/.installed: setup.py settings.ini $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
 	touch $@
 
 # The main job on its embedded default (configs/tiny-cpu.yaml): synthetic suite + training on CPU.

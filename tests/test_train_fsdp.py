@@ -125,14 +125,39 @@ def test_fsdp2_naive_equals_ddp(suite):
     for x, y in zip(a, b):
         for k in ("loss", "grad_norm", "reward", "n_tokens"):
             if k in x: assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-6), (x["step"], k)
+    assert_same_weights(suite.parent.parent / "naive-fsdp2", suite.parent.parent / "naive-ddp", "step_000003")
+
+
+def assert_same_weights(run_a: Path, run_b: Path, step: str):
+    "The checkpoints' model folders of two runs hold the same weights (rel <= 1e-5 per tensor)."
     from transformers import AutoModelForImageTextToText
-    load = lambda run: AutoModelForImageTextToText.from_pretrained(suite.parent.parent / run / "checkpoints" / "step_000003" / "model",
+    load = lambda run: AutoModelForImageTextToText.from_pretrained(run / "checkpoints" / step / "model",
                                                                     local_files_only=True).state_dict()
-    wa, wb = load("naive-fsdp2"), load("naive-ddp")
+    wa, wb = load(run_a), load(run_b)
     # a key bias has a zero gradient in exact arithmetic (softmax ignores a shift shared by all keys): AdamW's first step turns
     # its rounding noise into +-lr, so it differs between any two reduction orders; every other tensor agrees
     rel = {k: float((wa[k] - wb[k]).norm() / wb[k].norm().clamp(min=1e-12)) for k in wb if not k.endswith("k_proj.bias")}
     assert max(rel.values()) <= 1e-5, max(rel.items(), key=lambda kv: kv[1])
+
+
+# the warm start's format-only samples (colour: no offline trajectory) from its first step, with option smoothing: their
+# letter's target trains only the output layer's rows of the letters (`prior_logits`), which reads lm_head.weight directly
+PRIOR = dict(synthetic_tasks="color,direction", sft_steps=2, max_steps=0, sft_answer_steps=0, sft_option_smoothing=0.1,
+             sft_format_prior="rows", sft_format_sources="synthetic/color")
+
+
+def test_fsdp2_format_prior_warm_start_equals_ddp(tmp_path_factory):
+    "The warm start with format-only samples and smoothing under FSDP2 and under DDP: the same NLL, gradient norms and weights."
+    root = tmp_path_factory.mktemp("fsdp-prior")
+    prepare_data(load_config(overrides=dict(FSDP, **PRIOR, output_dir=str(root / "seed"))), True, lambda: None)
+    a = launch(root / "seed" / "suite", root / "prior-fsdp2", parallel="fsdp2", **PRIOR)
+    b = launch(root / "seed" / "suite", root / "prior-ddp", parallel="ddp", **PRIOR)
+    assert [(m["step"], m["phase"]) for m in a] == [(0, "sft"), (1, "sft")]
+    assert all(m["format_only"] > 0 and not m["answer_only"] for m in a), a  # the path under test ran
+    for x, y in zip(a, b):
+        for k in ("loss", "grad_norm", "nll", "n_tokens", "format_only"):
+            assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-6), (x["step"], k)
+    assert_same_weights(root / "prior-fsdp2", root / "prior-ddp", "step_000002")
 
 
 def test_parallel_must_be_ddp_or_fsdp2(tmp_path):

@@ -99,10 +99,10 @@ class TrainConfig:
     lr: float = 7e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
     sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
-    sft_answer_steps: int = 120  # the first warm-start steps train only the tokens of the <answer> content
-    sft_format_sources: str = "synthetic/color"  # warm start, after its answer-only steps: multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
+    sft_answer_steps: int = 0  # the first warm-start steps train only the tokens of the <answer> content (0: whole trajectories from the first step, which keep the clip readable where the letter is written, 09c_warmstart)
+    sft_format_sources: str = "synthetic/color"  # warm start (after any answer-only steps): multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
     sft_format_prior: str = "rows"  # what a format-only sample's uniform letter target trains: only the letters' output rows, its trajectory ending at the letter (the layers that read the clip stay free to learn colour), or the whole network ("network": it teaches them to ignore the clip, and GRPO then learned colour on some seeds only)
-    sft_option_smoothing: float = 0.0  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
+    sft_option_smoothing: float = 0.1  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay

@@ -12,30 +12,52 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import TrainConfig
+from .config import TrainConfig, rollout_is_mode
 from .data import load_media, prompt_inputs, unwrap_vlm
 from .evaluate import score_extras
 from .grpo import (MicroBatch, fill_groups, global_n_total, group_advantages, group_has_signal,
                               grpo_step, overlong_penalty)
 from .lora import reference_model
 from .models import save_vlm
-from .parallel import fsdp_modules, pad_micro_batches
+from .parallel import Ranks, fsdp_modules, pad_micro_batches
 from .prefix import PrefixLogp, group_micro_batches
 from .replay import (Trajectory, mix_group, offline_trajectories, offpolicy_loss_fn, pad_trajectories,
                                 plan_groups, replay_metrics)
 from .rewards import compute_scores
 from .rollout import HFEngine, VLLMEngine, VLLMServer, rollout_prompt
+from .warmstart import sft_update
 
 # %% auto #0
-__all__ = ['MISMATCH_CAUSES', 'step_seed', 'load_prompts', 'replay_rows', 'offline_groups', 'rollout_groups', 'make_engine',
-           'sync_engine', 'score_groups', 'mix_offline', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups',
-           'grpo_advantages', 'grpo_row', 'step_micro_batches', 'online_rollout_logp', 'rollout_gap',
-           'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update']
+__all__ = ['MISMATCH_CAUSES', 'step_seed', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
+           'rollout_groups', 'make_engine', 'sync_engine', 'score_groups', 'mix_offline', 'Draw', 'draw_groups',
+           'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row', 'step_micro_batches',
+           'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch',
+           'grpo_update', 'update_kw', 'warm_start_step', 'grpo_phases']
 
 # %% ../nbs/09g_step.ipynb #1de4fca4
 def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
     "A seed that is a pure function of (seed, step, rank): resumed runs sample exactly as uninterrupted ones."
     return int(np.random.SeedSequence([seed, step, rank, salt]).generate_state(1)[0])
+
+# %% ../nbs/09g_step.ipynb #19a96d4b
+def sample_prompts(
+    n_samples: int,  # size of the training set
+    step: int,  # global step (0-based)
+    prompts_per_step: int,  # prompts over all ranks
+    seed: int,  # run seed
+) -> list[int]:
+    "Indices of the prompts of one step: an epoch-wise permutation, a pure function of (seed, step)."
+    per_epoch = max(n_samples // prompts_per_step, 1)
+    epoch, k = divmod(step, per_epoch)
+    perm = np.random.default_rng([seed, epoch]).permutation(n_samples)
+    return [int(i) for i in perm[k * prompts_per_step:(k + 1) * prompts_per_step]]
+
+def shard(items: list, rank: int, world_size: int) -> list:
+    "This rank's contiguous share of a list whose length divides by world_size."
+    if len(items) % world_size:
+        raise ValueError(f"shard: {len(items)} items do not split over {world_size} ranks")
+    n = len(items) // world_size
+    return items[rank * n:(rank + 1) * n]
 
 # %% ../nbs/09g_step.ipynb #6380d42a
 def load_prompts(samples, processor, video_contract, image_contract, cache=None,
@@ -324,3 +346,51 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
     stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
     stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0)))
     return stats
+
+# %% ../nbs/09g_step.ipynb #19a9753c
+def update_kw(cfg: TrainConfig, ranks: Ranks) -> dict:
+    "The `grpo_step` settings both regimes share (`06_grpo`)."
+    return dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                method=cfg.loss_method, agg=cfg.loss_agg, max_len=cfg.max_new_tokens,
+                dual_clip=cfg.dual_clip or None, reduce_grads=ranks.reduce_grads,
+                count_mean=ranks.count_mean)
+
+# %% ../nbs/09g_step.ipynb #wsstep001
+def warm_start_step(policy, processor, optimizer, batch, prompts, cfg: TrainConfig, step: int,
+                    format_ids: set, ranks: Ranks) -> tuple[dict, dict]:
+    "Phase 7 of a warm-start step (`09c_warmstart`): cross-entropy on offline trajectories; (row, stats)."
+    trajs = [g[0] for g in offline_groups(batch, processor.tokenizer, cfg.max_new_tokens)]
+    uniform = [s.id in format_ids for s in batch]  # format-only samples: a uniform target over their letters
+    answer_only = step < cfg.sft_answer_steps
+    st = sft_update(policy, prompts, trajs, processor, optimizer, cfg.micro_batch_size,
+                    answer_only=answer_only, rank_max=ranks.rank_max, samples=batch,
+                    smoothing=cfg.sft_option_smoothing, uniform=uniform,
+                    prior_through=cfg.sft_format_prior, **update_kw(cfg, ranks))
+    return dict(phase="sft", answer_only=answer_only, format_only=sum(uniform)), st
+
+# %% ../nbs/09g_step.ipynb #gphases01
+def grpo_phases(draw, n_prompts: int, policy, optimizer, engine, cfg: TrainConfig, ranks: Ranks,
+                ref_model=None, pad_id: int = 0) -> tuple[dict, dict]:
+    "Phases 3-7 of a GRPO step: the groups (dynamic sampling), advantages, the update (if any signal)."
+    first, trained, counts = collect_groups(draw, n_prompts, cfg.dynamic_sampling, cfg.max_extra_draws,
+                                            ranks.rank_min)
+    if cfg.vllm_sleep:
+        engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
+    adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, ranks.stats_reduce)  # phase 6
+    row = grpo_row(first, trained, adv, n_zero, counts)
+    signal = row["groups"] - n_zero  # groups whose rewards differ: the only source of gradient
+    if ranks.count_mean:
+        signal = ranks.count_mean(signal)  # over all ranks: every rank takes the same branch
+    kw = dict(micro_batch_size=cfg.micro_batch_size, pad_id=pad_id, shared_prefix=cfg.shared_prefix,
+              temperature=cfg.temperature)
+    if signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy
+        # vLLM (not under FSDP2): the engine gap is still logged
+        gap = cfg.engine != "hf" and ranks.rank_max is None
+        mismatch = rollout_mismatch(policy, trained.prompts, trained.groups, **kw) if gap else {}
+        return row, dict(no_signal=1, **mismatch)
+    st = grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, updates=cfg.updates_per_batch,
+                     offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind,
+                     mask_truncated=cfg.mask_truncated, rank_max=ranks.rank_max,
+                     rollout_is=rollout_is_mode(cfg), rollout_is_cap=cfg.rollout_is_cap,
+                     **kw, **update_kw(cfg, ranks))  # phase 7
+    return row, dict(st, no_signal=0)

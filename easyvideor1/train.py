@@ -31,7 +31,8 @@ from .parallel import (all_reduce_grads, check_launch, gathered,
 from .prefix import enable_checkpointing
 from .replay import check_offpolicy_data
 from .rollout import SamplingConfig, use_released_positions
-from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advantages, grpo_row,
+from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advantages, grpo_phases, grpo_row,
+                              sample_prompts, shard, update_kw, warm_start_step,
                               grpo_update, load_prompts, make_engine, MISMATCH_CAUSES, mismatch_metrics,
                               mismatch_warning, mix_offline, offline_groups, online_rollout_logp, replay_rows,
                               rollout_gap, rollout_groups, rollout_mismatch, score_groups, step_micro_batches,
@@ -40,13 +41,13 @@ from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only, sft_update
 
 # %% auto #0
-__all__ = ['sample_prompts', 'shard', 'update_kw', 'warm_start_step', 'grpo_phases', 'Run', 'launch', 'setup_run', 'resume',
-           'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step', 'finish', 'train', 'parse_args',
-           'main', 'all_reduce_grads', 'Ranks', 'run_ranks', 'check_launch', 'TrainConfig', 'CONFIG_RANGES',
-           'config_help', 'load_config', 'check_config', 'rollout_is_mode', 'lr_lambda', 'contracts', 'prepare_data',
-           'valid_samples', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder', 'save_checkpoint', 'load_weights',
-           'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo', 'load_reference', 'keep_best',
-           'write_param_digest', 'TrainerCode', 'trainer_code', 'evaluate_split', 'step_seed', 'load_prompts',
+__all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step',
+           'finish', 'train', 'parse_args', 'main', 'all_reduce_grads', 'Ranks', 'run_ranks', 'check_launch',
+           'TrainConfig', 'CONFIG_RANGES', 'config_help', 'load_config', 'check_config', 'rollout_is_mode', 'lr_lambda',
+           'contracts', 'prepare_data', 'valid_samples', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder',
+           'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo',
+           'load_reference', 'keep_best', 'write_param_digest', 'TrainerCode', 'trainer_code', 'evaluate_split',
+           'sample_prompts', 'shard', 'update_kw', 'warm_start_step', 'grpo_phases', 'step_seed', 'load_prompts',
            'replay_rows', 'offline_groups', 'rollout_groups', 'make_engine', 'sync_engine', 'score_groups',
            'mix_offline', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
            'step_micro_batches', 'grpo_update', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics',
@@ -61,77 +62,12 @@ _all_ = ["all_reduce_grads", "Ranks", "run_ranks", "check_launch",
          "CKPT_RE", "checkpoint_dirs", "save_model_folder", "save_checkpoint",
          "load_weights", "load_checkpoint", "frozen_copy", "reset_momentum", "start_grpo", "load_reference",
          "keep_best", "write_param_digest", "TrainerCode", "trainer_code", "evaluate_split",
+         "sample_prompts", "shard", "update_kw", "warm_start_step", "grpo_phases",
          "step_seed", "load_prompts", "replay_rows", "offline_groups", "rollout_groups", "make_engine",
          "sync_engine", "score_groups", "mix_offline", "Draw", "draw_groups", "extra_prompts",
          "collect_groups", "grpo_advantages", "grpo_row", "step_micro_batches", "grpo_update",
          "online_rollout_logp", "rollout_gap", "mismatch_metrics", "MISMATCH_CAUSES", "mismatch_warning",
          "rollout_mismatch"]
-
-# %% ../nbs/10_train.ipynb #19a96d4b
-def sample_prompts(
-    n_samples: int,  # size of the training set
-    step: int,  # global step (0-based)
-    prompts_per_step: int,  # prompts over all ranks
-    seed: int,  # run seed
-) -> list[int]:
-    "Indices of the prompts of one step: an epoch-wise permutation, a pure function of (seed, step)."
-    per_epoch = max(n_samples // prompts_per_step, 1)
-    epoch, k = divmod(step, per_epoch)
-    perm = np.random.default_rng([seed, epoch]).permutation(n_samples)
-    return [int(i) for i in perm[k * prompts_per_step:(k + 1) * prompts_per_step]]
-
-def shard(items: list, rank: int, world_size: int) -> list:
-    "This rank's contiguous share of a list whose length divides by world_size."
-    if len(items) % world_size:
-        raise ValueError(f"shard: {len(items)} items do not split over {world_size} ranks")
-    n = len(items) // world_size
-    return items[rank * n:(rank + 1) * n]
-
-# %% ../nbs/10_train.ipynb #19a9753c
-def update_kw(cfg: TrainConfig, ranks: Ranks) -> dict:
-    "The `grpo_step` settings both regimes share (`06_grpo`)."
-    return dict(max_grad_norm=cfg.max_grad_norm, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                method=cfg.loss_method, agg=cfg.loss_agg, max_len=cfg.max_new_tokens,
-                dual_clip=cfg.dual_clip or None, reduce_grads=ranks.reduce_grads,
-                count_mean=ranks.count_mean)
-
-def warm_start_step(policy, processor, optimizer, batch, prompts, cfg: TrainConfig, step: int,
-                    format_ids: set, ranks: Ranks) -> tuple[dict, dict]:
-    "Phase 7 of a warm-start step (`09c_warmstart`): cross-entropy on offline trajectories; (row, stats)."
-    trajs = [g[0] for g in offline_groups(batch, processor.tokenizer, cfg.max_new_tokens)]
-    uniform = [s.id in format_ids for s in batch]  # format-only samples: a uniform target over their letters
-    answer_only = step < cfg.sft_answer_steps
-    st = sft_update(policy, prompts, trajs, processor, optimizer, cfg.micro_batch_size,
-                    answer_only=answer_only, rank_max=ranks.rank_max, samples=batch,
-                    smoothing=cfg.sft_option_smoothing, uniform=uniform,
-                    prior_through=cfg.sft_format_prior, **update_kw(cfg, ranks))
-    return dict(phase="sft", answer_only=answer_only, format_only=sum(uniform)), st
-
-def grpo_phases(draw, n_prompts: int, policy, optimizer, engine, cfg: TrainConfig, ranks: Ranks,
-                ref_model=None, pad_id: int = 0) -> tuple[dict, dict]:
-    "Phases 3-7 of a GRPO step: the groups (dynamic sampling), advantages, the update (if any signal)."
-    first, trained, counts = collect_groups(draw, n_prompts, cfg.dynamic_sampling, cfg.max_extra_draws,
-                                            ranks.rank_min)
-    if cfg.vllm_sleep:
-        engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
-    adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, ranks.stats_reduce)  # phase 6
-    row = grpo_row(first, trained, adv, n_zero, counts)
-    signal = row["groups"] - n_zero  # groups whose rewards differ: the only source of gradient
-    if ranks.count_mean:
-        signal = ranks.count_mean(signal)  # over all ranks: every rank takes the same branch
-    kw = dict(micro_batch_size=cfg.micro_batch_size, pad_id=pad_id, shared_prefix=cfg.shared_prefix,
-              temperature=cfg.temperature)
-    if signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy
-        # vLLM (not under FSDP2): the engine gap is still logged
-        gap = cfg.engine != "hf" and ranks.rank_max is None
-        mismatch = rollout_mismatch(policy, trained.prompts, trained.groups, **kw) if gap else {}
-        return row, dict(no_signal=1, **mismatch)
-    st = grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, updates=cfg.updates_per_batch,
-                     offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind,
-                     mask_truncated=cfg.mask_truncated, rank_max=ranks.rank_max,
-                     rollout_is=rollout_is_mode(cfg), rollout_is_cap=cfg.rollout_is_cap,
-                     **kw, **update_kw(cfg, ranks))  # phase 7
-    return row, dict(st, no_signal=0)
 
 # %% ../nbs/10_train.ipynb #ada45720
 @dataclass

@@ -38,7 +38,7 @@ from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advant
                               rollout_gap, rollout_groups, rollout_mismatch, score_groups, step_micro_batches,
                               step_seed, sync_engine)
 from .synthetic import atomic_write_text, read_jsonl
-from .warmstart import format_only, sft_update
+from .warmstart import format_only
 
 # %% auto #0
 __all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step',

@@ -1,8 +1,9 @@
 """The learning guard: the default recipe, shortened, on two seeds (side by side, one thread each). The warm start must
 teach direction, GRPO must keep it with the format intact, learn colour from its reward alone, take real update steps,
 and print no collapse warning (the README's job once collapsed on another machine: format 1.0 -> 0, responses 7 -> 46
-tokens, entropy 0.1 -> 5.7). It is the one test that trains for real: ~10 minutes. A shorter warm start (170 steps, 70 on the whole trajectory) handed over
-a policy whose sampled completions broke the format half the time: too weak a starting point to guard anything."""
+tokens, entropy 0.1 -> 5.7). It is the one test that trains for real: ~10 minutes. A shorter warm start (170 steps, 70
+on the whole trajectory) handed over a policy whose sampled completions broke the format half the time: too weak a
+starting point to guard anything."""
 import json, os, subprocess, sys
 from pathlib import Path
 

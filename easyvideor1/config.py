@@ -107,10 +107,10 @@ class TrainConfig:
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
-    lr_decay_steps: int = 20  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
+    lr_decay_steps: int = 10  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 40  # GRPO steps
+    max_steps: int = 20  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints

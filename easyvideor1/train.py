@@ -4,70 +4,38 @@
 
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
-import json, os, random, time
+import contextlib, json, os, random, time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-import contextlib
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from .cache import FrameCache
-from .checkpoint import (CKPT_RE, checkpoint_dirs, frozen_copy, keep_best, load_checkpoint,
-                                    load_reference, load_weights, reset_momentum, save_checkpoint,
-                                    save_model_folder, start_grpo, write_param_digest)
-from .config import (CONFIG_RANGES, TrainConfig, check_config, config_help, contracts, load_config,
-                                lr_lambda, prepare_data, rollout_is_mode, valid_samples)
+from .checkpoint import (
+    keep_best, load_checkpoint, load_reference, save_checkpoint, start_grpo, write_param_digest)
+from .config import (
+    TrainConfig, config_help, contracts, load_config, lr_lambda, prepare_data, valid_samples)
 from .evaluate import evaluate_split
-from .report import (append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md,
-                               TrainerCode, trainer_code)
-from .lora import apply_lora, tower_frozen, use_vision_features
 from .grpo import check_loss_config
+from .lora import apply_lora, tower_frozen, use_vision_features
 from .models import model_family, model_spec, qwen_processor, qwen_vlm
-from .parallel import (all_reduce_grads, check_launch, gathered,
-                                  Ranks, run_ranks, shard_fsdp2)
+from .parallel import Ranks, check_launch, gathered, run_ranks, shard_fsdp2
 from .prefix import enable_checkpointing
 from .replay import check_offpolicy_data
+from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .rollout import SamplingConfig, use_released_positions
-from .step import (collect_groups, Draw, draw_groups, extra_prompts, grpo_advantages, grpo_phases, grpo_row,
-                              sample_prompts, shard, update_kw, warm_start_step,
-                              grpo_update, load_prompts, make_engine, MISMATCH_CAUSES, mismatch_metrics,
-                              mismatch_warning, mix_offline, offline_groups, online_rollout_logp, replay_rows,
-                              rollout_gap, rollout_groups, rollout_mismatch, score_groups, step_micro_batches,
-                              step_seed, sync_engine)
+from .step import (
+    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, mismatch_warning, offline_groups, replay_rows,
+    sample_prompts, shard, step_seed, sync_engine, warm_start_step)
 from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 
 # %% auto #0
 __all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step',
-           'finish', 'train', 'parse_args', 'main', 'all_reduce_grads', 'Ranks', 'run_ranks', 'check_launch',
-           'TrainConfig', 'CONFIG_RANGES', 'config_help', 'load_config', 'check_config', 'rollout_is_mode', 'lr_lambda',
-           'contracts', 'prepare_data', 'valid_samples', 'CKPT_RE', 'checkpoint_dirs', 'save_model_folder',
-           'save_checkpoint', 'load_weights', 'load_checkpoint', 'frozen_copy', 'reset_momentum', 'start_grpo',
-           'load_reference', 'keep_best', 'write_param_digest', 'TrainerCode', 'trainer_code', 'evaluate_split',
-           'sample_prompts', 'shard', 'update_kw', 'warm_start_step', 'grpo_phases', 'step_seed', 'load_prompts',
-           'replay_rows', 'offline_groups', 'rollout_groups', 'make_engine', 'sync_engine', 'score_groups',
-           'mix_offline', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
-           'step_micro_batches', 'grpo_update', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics',
-           'MISMATCH_CAUSES', 'mismatch_warning', 'rollout_mismatch']
-
-# %% ../nbs/10_train.ipynb #c0f1a2b4
-# importable from here as before: the names of 09a_parallel, 09d_report, 09e_config, 09f_checkpoint, 09g_step
-# and 11_evaluate that the trainer once defined or re-exports
-_all_ = ["all_reduce_grads", "Ranks", "run_ranks", "check_launch",
-         "TrainConfig", "CONFIG_RANGES", "config_help", "load_config", "check_config", "rollout_is_mode",
-         "lr_lambda", "contracts", "prepare_data", "valid_samples",
-         "CKPT_RE", "checkpoint_dirs", "save_model_folder", "save_checkpoint",
-         "load_weights", "load_checkpoint", "frozen_copy", "reset_momentum", "start_grpo", "load_reference",
-         "keep_best", "write_param_digest", "TrainerCode", "trainer_code", "evaluate_split",
-         "sample_prompts", "shard", "update_kw", "warm_start_step", "grpo_phases",
-         "step_seed", "load_prompts", "replay_rows", "offline_groups", "rollout_groups", "make_engine",
-         "sync_engine", "score_groups", "mix_offline", "Draw", "draw_groups", "extra_prompts",
-         "collect_groups", "grpo_advantages", "grpo_row", "step_micro_batches", "grpo_update",
-         "online_rollout_logp", "rollout_gap", "mismatch_metrics", "MISMATCH_CAUSES", "mismatch_warning",
-         "rollout_mismatch"]
+           'finish', 'train', 'parse_args', 'main']
 
 # %% ../nbs/10_train.ipynb #ada45720
 @dataclass

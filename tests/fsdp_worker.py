@@ -17,7 +17,7 @@ from easyvideor1.models import qwen_processor, qwen_vlm  # noqa: E402
 from easyvideor1.parallel import (full_state_dict, gathered, load_full_state_dict, load_sharded, max_over_ranks,  # noqa: E402
                                   pad_micro_batches, save_sharded, shard_fsdp2)
 from easyvideor1.prefix import PrefixLogp, enable_checkpointing, group_micro_batches  # noqa: E402
-from easyvideor1.train import all_reduce_grads  # noqa: E402
+from easyvideor1.parallel import all_reduce_grads  # noqa: E402
 
 results, T0 = {}, time.time()
 

@@ -37,7 +37,7 @@ def _evals(run: Path) -> dict[int, dict]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_warm_start_teaches_direction_and_grpo_keeps_it(guard_runs, seed):
     run, log = guard_runs[seed]
-    from easyvideor1.train import TrainConfig
+    from easyvideor1.config import TrainConfig
     hand = TrainConfig().sft_steps  # the default warm start's length
     ev, end = _evals(run), hand + GUARD["max_steps"]
     d = next(k for k in ev[end] if k.endswith("synthetic/direction"))
@@ -55,7 +55,7 @@ def test_grpo_updates_with_signal_and_keeps_the_format(guard_runs, seed):
     updated = [r for r in grpo if not r["no_signal"]]
     assert len(updated) >= GUARD["max_steps"] // 2 and all(r["grad_norm"] > 0 for r in updated), [r["no_signal"] for r in grpo]
     # sampling the full softmax, single steps dip (0.42 once on a healthy run); a collapse stays down and grows the responses
-    from easyvideor1.train import TrainConfig
+    from easyvideor1.config import TrainConfig
     budget = TrainConfig().max_new_tokens  # a healthy answer is ~7 tokens; a collapse runs to the budget
     assert sum(r["format"] for r in grpo[-4:]) / 4 >= 0.7 and max(r["response_len"] for r in grpo) < 0.75 * budget, [
         (r["step"], r["format"], r["response_len"]) for r in grpo]
@@ -67,7 +67,7 @@ def test_grpo_learns_colour_from_a_hand_over_at_chance(guard_runs, seed):
     the default warm start (whole trajectories from step 0, option smoothing) both seeds reached 1.000 within the 20 GRPO
     steps here (chance 0.5); 0.75 leaves room for a float path that learns it a few steps later."""
     run, _ = guard_runs[seed]
-    from easyvideor1.train import TrainConfig
+    from easyvideor1.config import TrainConfig
     hand = TrainConfig().sft_steps
     ev, end = _evals(run), hand + GUARD["max_steps"]
     c = next(k for k in ev[end] if k.endswith("synthetic/color"))

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from easyvideor1.train import load_config, read_jsonl, train
+from easyvideor1.config import load_config
+from easyvideor1.synthetic import read_jsonl
+from easyvideor1.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model="qwen2_5_vl:tiny", synthetic_n=4, synthetic_test_n=2, prompts_per_step=2, group_size=2,
@@ -233,7 +235,7 @@ def test_one_weight_digest_for_the_lora_base_the_ranks_and_the_evaluator(tmp_pat
     from easyvideor1.evaluate import state_dict_digest
     from easyvideor1.lora import base_digest
     from easyvideor1.models import qwen_vlm
-    from easyvideor1.train import write_param_digest
+    from easyvideor1.checkpoint import write_param_digest
     m = qwen_vlm("qwen2_5_vl", "tiny", seed=0, dtype=torch.bfloat16)
     digests = {"lora.base_digest": base_digest(m), "evaluate.state_dict_digest": state_dict_digest(m),
                "train.write_param_digest": write_param_digest(m, tmp_path / "p.sha256")}

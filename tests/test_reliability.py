@@ -326,7 +326,7 @@ def test_resume_refuses_a_booby_trapped_checkpoint(tmp_path):
     "A pickle planted as a checkpoint's optimizer state is refused by weights_only loading, not run."
     import torch
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import load_checkpoint, save_checkpoint
+    from easyvideor1.checkpoint import load_checkpoint, save_checkpoint
     m = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
     opt = torch.optim.AdamW(m.parameters())
     sch = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)

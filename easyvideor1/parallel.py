@@ -26,21 +26,23 @@ from .prefix import GroupChunk, model_blocks
 def shard_fsdp2(
     model,  # a Qwen2.5-VL / Qwen3-VL model (or a `VLMCall` around one)
     mesh=None,  # a 1-D DeviceMesh; default: all ranks of the default process group
-    param_dtype: torch.dtype | None = None,  # GPU: torch.bfloat16 gathers and computes in bf16 (shards stay in their dtype)
+    param_dtype: torch.dtype | None = None,  # GPU: torch.bfloat16 gathers, computes in bf16; shards unchanged
     reduce_dtype: torch.dtype | None = None,  # gradient reduce-scatter dtype (torch.float32 with bf16 params)
-    reshard_after_forward: bool = True,  # free each block's gathered parameters after its forward (gather again in backward)
-    replicate_vision: bool = False,  # a frozen tower stays out: a plain copy per rank, any rank may call it alone
-) -> VLMCall:  # the root: call the model only through it (`data.call_vlm`, `forward_vlm`, `PrefixLogp`, `HFEngine`)
+    reshard_after_forward: bool = True,  # free gathered block params after forward (gather again in backward)
+    replicate_vision: bool = False,  # a frozen tower stays out: a copy per rank, any rank may call it alone
+) -> VLMCall:  # the root: call the model only via it (`call_vlm`, `forward_vlm`, `PrefixLogp`, `HFEngine`)
     "FSDP2 with `fully_shard`: every vision block and decoder layer, then a `VLMCall` root holding the rest."
     root = model if isinstance(model, VLMCall) else VLMCall(model)
     tower = set(root.model.model.visual.parameters()) if replicate_vision else set()
     if any(p.requires_grad for p in tower):
-        raise ValueError("shard_fsdp2: replicate_vision needs a frozen vision tower (nothing reduces its gradients)")
+        raise ValueError("shard_fsdp2: replicate_vision needs a frozen vision tower "
+                         "(nothing reduces its gradients)")
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in model_blocks(root.model):
         if not tower.isdisjoint(block.parameters()): continue
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-    root_mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=False)  # its inputs: a function and records
+    root_mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                   cast_forward_inputs=False)  # its inputs: a function and records
     fully_shard(root, mesh=mesh, mp_policy=root_mp, reshard_after_forward=reshard_after_forward,
                 ignored_params=tower or None)
     return root
@@ -52,31 +54,42 @@ def fsdp_modules(model) -> list:
 
 @contextlib.contextmanager
 def gathered(model):  # a `VLMCall` root from `shard_fsdp2` (anything else: nothing to do)
-    "Every FSDP2 unit gathered once for the block (generation and evaluation, no grad): no collective per decode step."
+    "Every FSDP2 unit gathered once for the block (generation, evaluation; no grad): no per-step collective."
     mods = fsdp_modules(model)
-    if not mods or getattr(model, "_gathered", False): yield; return  # unsharded, or already inside `gathered`
-    if torch.is_grad_enabled(): raise RuntimeError("gathered: for generation and evaluation, under torch.no_grad()")
+    if not mods or getattr(model, "_gathered", False):  # unsharded, or already inside `gathered`
+        yield
+        return
+    if torch.is_grad_enabled():
+        raise RuntimeError("gathered: for generation and evaluation, under torch.no_grad()")
     model(lambda m: None)  # one root forward first: FSDP2 decides its root lazily, on the first forward
-    for m in mods: m.set_reshard_after_forward(False, recurse=False); m.unshard()
+    for m in mods:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
     model._gathered = True
     try: yield
     finally:
         model._gathered = False
-        for m in mods: m.reshard(); m.set_reshard_after_forward(True, recurse=False)
+        for m in mods:
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
 
 # %% ../nbs/09a_parallel.ipynb #bcbd927c
 def pad_micro_batches(
     mbs: list[MicroBatch],  # this rank's micro-batches
     n: int,  # the largest count over ranks (`max_over_ranks(len(mbs))`)
 ) -> list[MicroBatch]:
-    "`mbs` then zero-weight copies of its last micro-batch (mask 0, adv 0; a shared-prefix chunk becomes a one-chunk group) up to `n`."
+    "`mbs` then zero-weight copies of its last (mask 0, adv 0; a prefix chunk: a one-chunk group) up to `n`."
     mbs = list(mbs)
-    if len(mbs) > n: raise ValueError(f"pad_micro_batches: {len(mbs)} micro-batches, more than the {n} asked for")
-    if len(mbs) < n and not mbs: raise ValueError("pad_micro_batches: a rank with no micro-batch has nothing to copy the shape of")
+    if len(mbs) > n:
+        raise ValueError(f"pad_micro_batches: {len(mbs)} micro-batches, more than the {n} asked for")
+    if len(mbs) < n and not mbs:
+        raise ValueError("pad_micro_batches: a rank with no micro-batch has nothing to copy the shape of")
     for j in range(n - len(mbs)):
         src = mbs[-1]
-        inputs = replace(src.inputs, key=("pad", j), index=0, n_chunks=1) if isinstance(src.inputs, GroupChunk) else src.inputs
-        mbs.append(replace(src, inputs=inputs, mask=torch.zeros_like(src.mask), adv=torch.zeros_like(src.adv)))
+        inputs = (replace(src.inputs, key=("pad", j), index=0, n_chunks=1)
+                  if isinstance(src.inputs, GroupChunk) else src.inputs)
+        mbs.append(replace(src, inputs=inputs, mask=torch.zeros_like(src.mask),
+                           adv=torch.zeros_like(src.adv)))
     return mbs
 
 def max_over_ranks(n: int) -> int:
@@ -89,7 +102,7 @@ def max_over_ranks(n: int) -> int:
 # %% ../nbs/09a_parallel.ipynb #0ffa76e6
 def full_state_dict(
     model,  # a sharded root, or a plain model
-    rank0_only: bool = True,  # False: every rank gets the full tensors (a colocated vLLM per rank, per-rank digests)
+    rank0_only: bool = True,  # False: full tensors on every rank (colocated vLLM per rank, per-rank digests)
 ) -> dict:  # name -> full CPU tensor, transformers' names; {} on other ranks when rank0_only
     "Every parameter and buffer gathered (a collective: call on all ranks); tied weights stay one tensor."
     rank, out, seen = dist.get_rank() if dist.is_initialized() else 0, {}, {}
@@ -101,12 +114,12 @@ def full_state_dict(
 def load_full_state_dict(model, state_dict: dict):  # rank 0's full state dict (other ranks may pass {})
     "Put a full state dict (rank 0's) into a sharded model: each rank keeps its shards."
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    set_model_state_dict(unwrap_vlm(model), dict(state_dict), options=  # a copy: it replaces the values it distributes
-                         StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    set_model_state_dict(unwrap_vlm(model), dict(state_dict),  # a copy: it replaces the values it distributes
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
 # %% ../nbs/09a_parallel.ipynb #01542f65
 def save_sharded(path: str | Path, model, optimizer=None):
-    "Model and optimizer state, each rank its own shards, with `torch.distributed.checkpoint` (call on all ranks)."
+    "Model and optimizer state, each rank its own shards, by `torch.distributed.checkpoint` (on all ranks)."
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
     msd, osd = get_state_dict(unwrap_vlm(model), [] if optimizer is None else [optimizer])

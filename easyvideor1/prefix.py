@@ -33,9 +33,12 @@ def prompt_positions(
     if prompt.image_grid_thw is None and prompt.video_grid_thw is None:
         return torch.arange(P, device=ids.device).view(1, 1, -1).expand(3, 1, -1), 0
     if prompt.mm_token_type_ids[P - 1] != 0:
-        raise ValueError(f"sample {prompt.sample_id}: the prompt ends on a vision token; completions must follow text")
-    pos, _ = model.model.get_rope_index(ids, prompt.mm_token_type_ids[None, :P], image_grid_thw=prompt.image_grid_thw,
-                                        video_grid_thw=prompt.video_grid_thw, second_per_grid_ts=prompt.second_per_grid_ts)
+        raise ValueError(f"sample {prompt.sample_id}: the prompt ends on a vision token; "
+                         "completions must follow text")
+    pos, _ = model.model.get_rope_index(ids, prompt.mm_token_type_ids[None, :P],
+                                        image_grid_thw=prompt.image_grid_thw,
+                                        video_grid_thw=prompt.video_grid_thw,
+                                        second_per_grid_ts=prompt.second_per_grid_ts)
     return pos, int(pos[0, 0, -1]) + 1 - P  # (3, 1, P)
 
 # %% ../nbs/09_prefix.ipynb #1d2c2c44
@@ -52,48 +55,53 @@ def completion_positions(
 
 # %% ../nbs/09_prefix.ipynb #6c38629f
 class _PromptCache(DynamicCache):
-    "A DynamicCache that records each layer once: a checkpointed layer's backward replay gets its states back unrecorded."
+    "A DynamicCache recording each layer once: a checkpointed layer's replay gets its states back unrecorded."
     replay_safe = True  # a checkpointed layer may take it (see `enable_checkpointing`)
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if self.layers[layer_idx].is_initialized: return key_states, value_states
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
 class _PrefixCache(DynamicCache):
-    "A prompt's keys and values that a completion pass reads: each layer gets prompt + new states, nothing is stored, so a replay sees the same."
+    "A prompt's keys and values: each layer gets prompt + new states, none stored, so a replay sees the same."
     replay_safe = True
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         l = self.layers[layer_idx]
-        return torch.cat([l.keys, key_states], -2), torch.cat([l.values, value_states], -2)  # (b, H_kv, P+t, D)
+        # (b, H_kv, P+t, D)
+        return torch.cat([l.keys, key_states], -2), torch.cat([l.values, value_states], -2)
 
 # %% ../nbs/09_prefix.ipynb #1f2c7fc7
-_CACHE_KWARGS = ("past_key_values", "cache", "past_key_value", "layer_past")  # the names transformers versions give a layer's cache
+# the names transformers versions give a layer's cache
+_CACHE_KWARGS = ("past_key_values", "cache", "past_key_value", "layer_past")
 
 def model_blocks(model) -> list:
-    "The repeated blocks: every vision block and decoder layer (what checkpointing recomputes and FSDP2 shards one by one)."
+    "The repeated blocks: every vision block and decoder layer (checkpointing recomputes, FSDP2 shards each)."
     return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 
 def _checkpointed(forward, *args, **kwargs):
-    "`forward` under non-reentrant checkpointing when gradients are on; a cache that a replay would update twice is an error."
+    "`forward`, non-reentrant checkpointed if grads are on; error on a cache a replay would update twice."
     if not torch.is_grad_enabled(): return forward(*args, **kwargs)
     for k in _CACHE_KWARGS:
         c = kwargs.get(k)
         if c is not None and not getattr(c, "replay_safe", False):
-            raise RuntimeError(f"checkpointing: a layer got a {type(c).__name__} as `{k}`; its backward replay would update it "
-                               "a second time (pass use_cache=False, or one of the replay-safe caches of `prefix`)")
+            raise RuntimeError(f"checkpointing: a layer got a {type(c).__name__} as `{k}`; "
+                               "its backward replay would update it a second time "
+                               "(pass use_cache=False, or one of the replay-safe caches of `prefix`)")
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 def _refuse_hf_checkpointing(model):
     "transformers' own flag drops every cache a checkpointed layer gets: the prefix path cannot run under it."
     if any(m.gradient_checkpointing for m in model_blocks(model)):
-        raise RuntimeError("transformers' gradient checkpointing is on (model.gradient_checkpointing_enable()): its layers drop "
-                           "the prompt cache; call model.gradient_checkpointing_disable() and prefix.enable_checkpointing(model)")
+        raise RuntimeError("transformers' gradient checkpointing is on "
+                           "(model.gradient_checkpointing_enable()): its layers drop the prompt cache; call "
+                           "model.gradient_checkpointing_disable() and prefix.enable_checkpointing(model)")
 
 # %% ../nbs/09_prefix.ipynb #7a4af694
 def enable_checkpointing(model) -> int:
-    "Recompute every vision block and decoder layer in backward, caches kept: the trainer's `gradient_checkpointing` switch; returns the block count."
+    "The trainer's `gradient_checkpointing`: checkpoint every block, caches kept; returns the block count."
     _refuse_hf_checkpointing(model)
     blocks = model_blocks(model)
-    for m in blocks:  # the instance's forward: module hooks (FSDP2's) stay outside the checkpoint, and transformers' flag stays off
+    # the instance's forward: module hooks (FSDP2's) stay outside the checkpoint, transformers' flag stays off
+    for m in blocks:
         if "forward" not in m.__dict__: m.forward = functools.partial(_checkpointed, m.forward)
     return len(blocks)
 
@@ -116,7 +124,7 @@ def checkpointed_layers(model):
 
 # %% ../nbs/09_prefix.ipynb #560f85a0
 def _cache_kw(module) -> str:
-    "transformers 5.24 renamed `past_key_values` to `cache` (5.17, on the GPU machine, has only the old name)."
+    "transformers 5.24 renamed `past_key_values` to `cache` (5.17, the GPU machine's, has only the old name)."
     import inspect
     return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
@@ -136,20 +144,22 @@ class PromptState:
     def with_tensors(self, ts: Sequence[Tensor]) -> "PromptState":
         "The same state holding `ts` (in the order of `tensors()`)."
         L = len(self.keys)
-        return replace(self, keys=list(ts[:L]), values=list(ts[L:2 * L]), last_hidden=ts[2 * L], dummy=ts[2 * L + 1])
+        return replace(self, keys=list(ts[:L]), values=list(ts[L:2 * L]), last_hidden=ts[2 * L],
+                       dummy=ts[2 * L + 1])
 
     def __repr__(self): return self._repr_markdown_().replace("**", "").replace("`", "")  # not every tensor
 
     def _repr_markdown_(self):
         k = self.keys[0]
-        return (f"**PromptState**: {len(self.keys)} layers of keys / values {tuple(k.shape)} {str(k.dtype)[6:]}, "
+        return (f"**PromptState**: {len(self.keys)} layers of keys / values "
+                f"{tuple(k.shape)} {str(k.dtype)[6:]}, "
                 f"P = {self.prompt_len}, delta = {self.delta}, grad: {k.requires_grad}")
 
 # %% ../nbs/09_prefix.ipynb #b19e243e
 def forward_prompt(
     model,  # a Qwen2.5-VL / Qwen3-VL model
     prompt: SampleInputs,  # one prompt; a completion after it is ignored
-    checkpoint_layers: bool = False,  # checkpoint this call only (`enable_checkpointing` turns it on for every call)
+    checkpoint_layers: bool = False,  # checkpoint this call only (`enable_checkpointing`: every call)
 ) -> PromptState:
     "Forward one prompt once (with gradients when enabled) and keep what its completions need."
     _refuse_hf_checkpointing(model)
@@ -159,16 +169,18 @@ def forward_prompt(
     cache = _PromptCache(config=model.config.get_text_config())
     with checkpointed_layers(model) if checkpoint_layers else contextlib.nullcontext():
         enc, dummy = encode_vision(model, replace(prompt, input_ids=ids))  # the dummy-vision rule of `data`
-        out = model.model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos, **{_cache_kw(model.model): cache},
+        out = model.model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos,
+                          **{_cache_kw(model.model): cache},
                           use_cache=False,  # the cache is passed explicitly
-                          mm_encoder_outputs=enc, image_grid_thw=prompt.image_grid_thw, video_grid_thw=prompt.video_grid_thw,
+                          mm_encoder_outputs=enc, image_grid_thw=prompt.image_grid_thw,
+                          video_grid_thw=prompt.video_grid_thw,
                           mm_token_type_ids=prompt.mm_token_type_ids[None, :P])
     return PromptState([l.keys for l in cache.layers], [l.values for l in cache.layers],
                        out.last_hidden_state[:, -1:], delta, dummy)
 
 # %% ../nbs/09_prefix.ipynb #84edcfda
 def repeated_cache(model, state: PromptState, n: int) -> DynamicCache:
-    "A read-only cache of the prompt's keys and values for `n` rows: expanded views, gradients flow back summed."
+    "A read-only cache of the prompt's keys and values for `n` rows: expanded views, gradients summed back."
     cache = _PrefixCache(config=model.config.get_text_config())
     for layer, k, v in zip(cache.layers, state.keys, state.values):
         layer.lazy_initialization(k, v)
@@ -207,7 +219,8 @@ def naive_group_logits(
     _refuse_hf_checkpointing(model)
     (G, T), P = ids.shape, prompt.prompt_len
     mm = prompt.mm_token_type_ids[:P]
-    rows = [replace(prompt, input_ids=torch.cat([prompt.input_ids[:P], c]), mm_token_type_ids=torch.cat([mm, torch.zeros_like(c, dtype=mm.dtype)]))
+    rows = [replace(prompt, input_ids=torch.cat([prompt.input_ids[:P], c]),
+                    mm_token_type_ids=torch.cat([mm, torch.zeros_like(c, dtype=mm.dtype)]))
             for c in ids]
     with checkpointed_layers(model) if checkpoint_layers else contextlib.nullcontext():
         return forward_vlm(model, collate(rows, pad_id=0), logits_to_keep=T + 1).logits[:, :T]  # (G, T, V)
@@ -221,14 +234,14 @@ def _scores(logits, ids, mask, temperature, entropy):
 
 # %% ../nbs/09_prefix.ipynb #434934ee
 def group_logprobs(
-    model,  # a Qwen2.5-VL / Qwen3-VL model, or a `VLMCall` around one (FSDP2's root: the pass runs in its forward)
+    model,  # a Qwen2.5-VL / Qwen3-VL model, or a `VLMCall` around one (FSDP2's root: runs in its forward)
     prompt: SampleInputs,  # the group's prompt
     ids: Tensor,  # (G, T) completion ids
     mask: Tensor | None = None,  # (G, T) 1 on completion tokens; 0 positions come back as 0
     shared_prefix: bool = True,  # False: the naive oracle, G full sequences
     temperature: float = 1.0,  # sampling temperature the log-probs are taken at
     entropy: bool = False,  # also return the (G, T) entropy
-    chunk_size: int | None = None,  # completions per forward (memory); the prompt is forwarded once regardless
+    chunk_size: int | None = None,  # completions per forward (memory); the prompt is forwarded once anyway
     checkpoint_layers: bool = False,  # checkpoint this call only
 ) -> Tensor | tuple[Tensor, Tensor]:  # (G, T) log-probs [, (G, T) entropy]
     "Log-probs of a group's completions of one prompt."
@@ -236,7 +249,8 @@ def group_logprobs(
     if isinstance(model, VLMCall): return model(group_logprobs, *args)
     cs = chunk_size or len(ids)
     if shared_prefix: state = forward_prompt(model, prompt, checkpoint_layers)
-    outs = [_scores(completion_logits(model, state, x, checkpoint_layers) if shared_prefix else naive_group_logits(model, prompt, x, checkpoint_layers),
+    outs = [_scores((completion_logits(model, state, x, checkpoint_layers) if shared_prefix
+                     else naive_group_logits(model, prompt, x, checkpoint_layers)),
                     x, None if mask is None else mask[s:s + cs], temperature, entropy)
             for s, x in ((s, ids[s:s + cs]) for s in range(0, len(ids), cs))]
     return torch.cat(outs) if not entropy else tuple(torch.cat(o) for o in zip(*outs))
@@ -266,32 +280,40 @@ class GroupChunk:
     def __repr__(self): return self._repr_markdown_().replace("**", "").replace("`", "")  # not every tensor
 
     def _repr_markdown_(self):
-        return (f"**GroupChunk** {self.index + 1}/{self.n_chunks} of group `{self.key}`: {tuple(self.ids.shape)} "
+        return (f"**GroupChunk** {self.index + 1}/{self.n_chunks} of group `{self.key}`: "
+                f"{tuple(self.ids.shape)} "
                 f"completion ids after a {self.prompt.prompt_len}-token prompt")
 
 # %% ../nbs/09_prefix.ipynb #47845c30
 class PrefixLogp:
-    "`grpo_step`'s logp_fn: each group's prompt forwarded once and back-propagated once, after its last chunk."
-    def __init__(self, model,  # the VLM, or a `VLMCall` around it (FSDP2's root: every micro-batch runs in its forward)
-                 shared_prefix: bool = True,  # False: the naive oracle (every row carries the prompt)
-                 temperature: float = 1.0,  # sampling temperature
-                 entropy: bool = False,  # return (logp, entropy)
-                 checkpoint_layers: bool = False):  # checkpoint these calls only (`enable_checkpointing` is the global switch)
-        self.model, self.shared_prefix, self.temperature, self.entropy = model, shared_prefix, temperature, entropy
+    "`grpo_step`'s logp_fn: each group's prompt forwarded once and backpropagated once, after its last chunk."
+    def __init__(
+        self,
+        model,  # the VLM, or a `VLMCall` around it (FSDP2's root: every micro-batch runs in its forward)
+        shared_prefix: bool = True,  # False: the naive oracle (every row carries the prompt)
+        temperature: float = 1.0,  # sampling temperature
+        entropy: bool = False,  # return (logp, entropy)
+        checkpoint_layers: bool = False,  # these calls only (`enable_checkpointing` is the global switch)
+    ):
+        self.model, self.shared_prefix, self.temperature, self.entropy = (
+            model, shared_prefix, temperature, entropy)
         self.checkpoint_layers = checkpoint_layers
         self.open = None  # (group key, next chunk index, live PromptState, detached twin or None)
         self.prompt_forwards = 0  # prompts forwarded so far (one per group)
 
     def _state(self, model, c: GroupChunk) -> PromptState:
         if c.index == 0:
-            if self.open is not None: raise RuntimeError(f"PrefixLogp: group {self.open[0]!r} stopped before chunk {self.open[1]}")
+            if self.open is not None:
+                raise RuntimeError(f"PrefixLogp: group {self.open[0]!r} "
+                                   f"stopped before chunk {self.open[1]}")
             live, twin = forward_prompt(model, c.prompt, self.checkpoint_layers), None
             self.prompt_forwards += 1
             if c.n_chunks > 1 and torch.is_grad_enabled():
                 twin = live.with_tensors([t.detach().requires_grad_(t.requires_grad) for t in live.tensors()])
             self.open = (c.key, 0, live, twin)
         if self.open is None or self.open[:2] != (c.key, c.index):
-            want = "chunk 0 of a group" if self.open is None else f"chunk {self.open[1]} of group {self.open[0]!r}"
+            want = ("chunk 0 of a group" if self.open is None
+                    else f"chunk {self.open[1]} of group {self.open[0]!r}")
             raise RuntimeError(f"PrefixLogp: expected {want}, got chunk {c.index} of {c.key!r} "
                                "(a group's chunks must be consecutive micro-batches, in order)")
         key, i, live, twin = self.open
@@ -299,16 +321,20 @@ class PrefixLogp:
         self.open = None if last else (key, i + 1, live, twin)
         if twin is None: return live
         if not last: return twin
-        return live.with_tensors([_PendingGrad.apply(t, [w]) if w.requires_grad else t for t, w in zip(live.tensors(), twin.tensors())])
+        return live.with_tensors([_PendingGrad.apply(t, [w]) if w.requires_grad else t
+                                  for t, w in zip(live.tensors(), twin.tensors())])
 
     def _logp(self, model, c: GroupChunk, mask):
-        if self.shared_prefix: lg = completion_logits(model, self._state(model, c), c.ids, self.checkpoint_layers)
-        else: lg = naive_group_logits(model, c.prompt, c.ids, self.checkpoint_layers)
+        if self.shared_prefix:
+            lg = completion_logits(model, self._state(model, c), c.ids, self.checkpoint_layers)
+        else:
+            lg = naive_group_logits(model, c.prompt, c.ids, self.checkpoint_layers)
         return _scores(lg, c.ids, mask, self.temperature, self.entropy)
 
     def __call__(self, mb: MicroBatch):
         c = mb.inputs
-        if not isinstance(c, GroupChunk): raise TypeError(f"PrefixLogp: MicroBatch.inputs must be a GroupChunk, got {type(c).__name__}")
+        if not isinstance(c, GroupChunk):
+            raise TypeError(f"PrefixLogp: MicroBatch.inputs must be a GroupChunk, got {type(c).__name__}")
         return call_vlm(self.model, self._logp, c, mb.mask)
 
 # %% ../nbs/09_prefix.ipynb #14f5945c
@@ -318,15 +344,18 @@ def group_micro_batches(
     mask: Sequence[Tensor],  # per group (G_i, T_i)
     adv: Sequence[Tensor],  # per group (G_i,) or (G_i, T_i)
     chunk_size: int,  # completions per micro-batch
-    n_chunks: int | None = None,  # split every group into exactly this many chunks instead (FSDP2: equal on every rank)
+    n_chunks: int | None = None,  # instead: exactly this many chunks per group (FSDP2: equal on every rank)
     **rows,  # other MicroBatch fields, per group (G_i, ...) or None: old_logp, ref_logp, ...
 ) -> list[MicroBatch]:
     "Micro-batches of consecutive chunks of each group, for `grpo_step(PrefixLogp(model), ...)`."
     out = []
     for g, (p, x, m, a) in enumerate(zip(prompts, ids, mask, adv, strict=True)):
         n = n_chunks or -(-len(x) // chunk_size)
-        if n > len(x): raise ValueError(f"group_micro_batches: group {g} ({p.sample_id}) has {len(x)} completions, fewer than {n} chunks")
-        bounds = torch.linspace(0, len(x), n + 1).round().long().tolist() if n_chunks else [min(i * chunk_size, len(x)) for i in range(n + 1)]
+        if n > len(x):
+            raise ValueError(f"group_micro_batches: group {g} ({p.sample_id}) has {len(x)} completions, "
+                             f"fewer than {n} chunks")
+        bounds = (torch.linspace(0, len(x), n + 1).round().long().tolist() if n_chunks
+                  else [min(i * chunk_size, len(x)) for i in range(n + 1)])
         for i in range(n):
             s = slice(bounds[i], bounds[i + 1])
             extra = {k: v[g][s] for k, v in rows.items() if v is not None and v[g] is not None}
@@ -347,5 +376,6 @@ def groups_logprobs(
 ) -> list:  # per group (G_i, T_i) log-probs, or (logp, entropy) pairs
     "`group_logprobs` over many groups: the old / reference log-prob pass (call it under `torch.no_grad()`)."
     mask = [None] * len(prompts) if mask is None else mask
-    return [group_logprobs(model, p, x, mk, shared_prefix, temperature, entropy, chunk_size, checkpoint_layers)
+    return [group_logprobs(model, p, x, mk, shared_prefix, temperature, entropy, chunk_size,
+                           checkpoint_layers)
             for p, x, mk in zip(prompts, ids, mask, strict=True)]

@@ -29,11 +29,12 @@ class MediaItem:
     source: str = ""          # data file and sample index that referenced it (the first one)
 
 # %% ../nbs/03a_preprocess.ipynb #97a58b34
-def media_items(data_file:str|Path,
-                media_root:str|Path|None=None,  # base of `videos` / `images` paths (default: the data file's folder)
-                video_root:str|Path|None=None,  # base of benchmark `path` fields (default: the data file's folder)
-                skip:set[int]|frozenset=frozenset(),  # lines of the data file not to read (rows `validate_rows` refused)
-               ) -> list[MediaItem]:
+def media_items(
+    data_file:str|Path,
+    media_root:str|Path|None=None,  # base of `videos` / `images` paths (default: the data file's folder)
+    video_root:str|Path|None=None,  # base of benchmark `path` fields (default: the data file's folder)
+    skip:set[int]|frozenset=frozenset(),  # lines of the data file not to read (rows `validate_rows` refused)
+) -> list[MediaItem]:
     "The media files referenced by the samples of one data file, in order (duplicates kept)."
     data_file = Path(data_file).resolve()
     mroot, vroot = Path(media_root or data_file.parent), Path(video_root or data_file.parent)
@@ -44,11 +45,14 @@ def media_items(data_file:str|Path,
         if not isinstance(s, dict): raise ValueError(f"{src}: the sample is not an object")
         w = clip_window(s, src)
         win = (w.get("start"), w.get("end"))
-        for v in s.get("videos") or []: items.append(MediaItem(str((mroot/v).resolve()), "video", *win, src))
-        for im in s.get("images") or []: items.append(MediaItem(str((mroot/im).resolve()), "image", source=src))
+        for v in s.get("videos") or []:
+            items.append(MediaItem(str((mroot/v).resolve()), "video", *win, src))
+        for im in s.get("images") or []:
+            items.append(MediaItem(str((mroot/im).resolve()), "image", source=src))
         if "path" in s and not s.get("videos") and not s.get("images"):
             kind = "image" if s.get("data_type") == "image" else "video"
-            items.append(MediaItem(str((vroot/s["path"]).resolve()), kind, *(win if kind == "video" else (None, None)), src))
+            items.append(MediaItem(str((vroot/s["path"]).resolve()), kind,
+                                   *(win if kind == "video" else (None, None)), src))
     return items
 
 def dedup(items:list[MediaItem]) -> list[MediaItem]:
@@ -56,7 +60,9 @@ def dedup(items:list[MediaItem]) -> list[MediaItem]:
     seen, out = set(), []
     for it in items:
         k = (it.path, it.kind, it.start, it.end)
-        if k not in seen: seen.add(k); out.append(it)
+        if k not in seen:
+            seen.add(k)
+            out.append(it)
     return out
 
 
@@ -71,7 +77,8 @@ def _init_worker(cache_dir, video_contract, image_contract, timeout, pool=True):
         import torch
         torch.set_num_threads(1)  # the pool provides the parallelism
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent cancels; in-flight files finish cleanly
-    _cache, _contracts = FrameCache(cache_dir, timeout=timeout), {"video": video_contract, "image": image_contract}
+    _cache, _contracts = (FrameCache(cache_dir, timeout=timeout),
+                          {"video": video_contract, "image": image_contract})
 
 def _failed(rec:dict, e:BaseException) -> dict:
     return {**rec, "status": "failed", "error_type": type(e).__name__, "error": str(e) or repr(e)}
@@ -81,7 +88,8 @@ def _work(item:MediaItem) -> dict:
     rec = {"path": item.path, "kind": item.kind, "source": item.source}
     if item.start is not None or item.end is not None: rec["window"] = [item.start, item.end]
     try: rec["status"] = _cache.ensure(item.path, _contracts[item.kind], item.start, item.end)
-    except Exception as e:  # whatever one file raises (a decompression bomb, a decoder's own error type) is that file's failure
+    except Exception as e:
+        # whatever one file raises (a decompression bomb, a decoder's own error type) is that file's failure
         rec = _failed(rec, e)
         if not isinstance(e, (MediaDecodeError, CacheEntryError, CacheContractError, ValueError, OSError)):
             rec["error"] = f"{item.path}: {rec['error']}"  # foreign errors may not name the file
@@ -105,7 +113,8 @@ class PreprocessReport:
     def _repr_markdown_(self): return f"**PreprocessReport** {self.summary()}"
 
 # %% ../nbs/03a_preprocess.ipynb #9c1d2ef0
-def preprocess(items:list[MediaItem], cache_dir:str|Path, video_contract:VideoContract, image_contract:ImageContract,
+def preprocess(items:list[MediaItem], cache_dir:str|Path, video_contract:VideoContract,
+               image_contract:ImageContract,
                workers:int=2,                        # worker processes; 0 runs inline
                failures:str|Path|None=None,          # failures JSONL (default: CACHE_DIR/failures.jsonl)
                timeout:float|None=DECODE_TIMEOUT,    # per-file decode deadline, seconds
@@ -117,12 +126,17 @@ def preprocess(items:list[MediaItem], cache_dir:str|Path, video_contract:VideoCo
     failures = Path(failures or cache_dir/"failures.jsonl")
     rep, t0 = PreprocessReport(total=len(items)), time.perf_counter()
     args = (cache_dir, video_contract, image_contract, timeout)
-    with open(failures, "w") as ff, tqdm(total=len(items), unit="file", desc="preprocess", disable=not progress) as bar:
+    with open(failures, "w") as ff, tqdm(total=len(items), unit="file", desc="preprocess",
+                                         disable=not progress) as bar:
         def record(r):
             if r["status"] == "hit": rep.hits += 1
             elif r["status"] == "stored": rep.stored += 1
-            else: rep.failed += 1; ff.write(json.dumps(r) + "\n"); ff.flush()
-            bar.update(1); bar.set_postfix(cached=rep.hits, stored=rep.stored, failed=rep.failed, refresh=False)
+            else:
+                rep.failed += 1
+                ff.write(json.dumps(r) + "\n")
+                ff.flush()
+            bar.update(1)
+            bar.set_postfix(cached=rep.hits, stored=rep.stored, failed=rep.failed, refresh=False)
         try:
             if workers == 0:
                 _init_worker(*args, pool=False)
@@ -133,7 +147,9 @@ def preprocess(items:list[MediaItem], cache_dir:str|Path, video_contract:VideoCo
                     try:
                         for f in as_completed(futs):
                             try: record(f.result())
-                            except Exception as e:  # the worker died (BrokenProcessPool: killed for memory?): this file fails, the run goes on
+                            except Exception as e:
+                                # the worker died (BrokenProcessPool: killed for memory?):
+                                # this file fails, the run goes on
                                 it = futs[f]
                                 record(_failed({"path": it.path, "kind": it.kind, "source": it.source}, e))
                     except KeyboardInterrupt:
@@ -147,44 +163,55 @@ def preprocess(items:list[MediaItem], cache_dir:str|Path, video_contract:VideoCo
 # %% ../nbs/03a_preprocess.ipynb #9eab461c
 def contracts_from_args(a:argparse.Namespace) -> tuple[VideoContract, ImageContract]:
     "The video and image contracts the command-line options describe."
-    over = {k: getattr(a, k) for k in ["fps", "nframes", "min_frames", "max_frames", "min_pixels", "max_pixels",
-                                       "total_pixels", "factor", "backend"] if getattr(a, k) is not None}
+    over = {k: getattr(a, k) for k in ["fps", "nframes", "min_frames", "max_frames", "min_pixels",
+                                       "max_pixels", "total_pixels", "factor", "backend"]
+            if getattr(a, k) is not None}
     if over.get("nframes") is not None: over["fps"] = None
-    img = {k: v for k, v in [("min_pixels", a.image_min_pixels), ("max_pixels", a.image_max_pixels), ("factor", a.factor)] if v is not None}
+    img = {k: v for k, v in [("min_pixels", a.image_min_pixels), ("max_pixels", a.image_max_pixels),
+                             ("factor", a.factor)] if v is not None}
     return VideoContract.for_family(a.family, **over), ImageContract.for_family(a.family, **img)
 
 def parser() -> argparse.ArgumentParser:
     "The `python -m easyvideor1.preprocess` arguments."
-    p = argparse.ArgumentParser(prog="python -m easyvideor1.preprocess", description="Fill the frame cache for sample files.")
-    p.add_argument("data", nargs="+", help="training JSON/JSONL (videos/images lists) or benchmark JSON (path field)")
+    p = argparse.ArgumentParser(prog="python -m easyvideor1.preprocess",
+                                description="Fill the frame cache for sample files.")
+    p.add_argument("data", nargs="+",
+                   help="training JSON/JSONL (videos/images lists) or benchmark JSON (path field)")
     p.add_argument("--cache-dir", required=True, help="frame cache folder")
     p.add_argument("--media-root", help="base of videos/images paths (default: each data file's folder)")
     p.add_argument("--video-root", help="base of benchmark `path` fields (default: each data file's folder)")
-    p.add_argument("--family", default="qwen2_5_vl", choices=list(FAMILY_FACTOR), help="model family: default contract")
-    for name, typ, hlp in [("fps", float, "sampling rate"), ("nframes", int, "fixed frame count instead of fps"),
+    p.add_argument("--family", default="qwen2_5_vl", choices=list(FAMILY_FACTOR),
+                   help="model family: default contract")
+    for name, typ, hlp in [("fps", float, "sampling rate"),
+                           ("nframes", int, "fixed frame count instead of fps"),
                            ("min-frames", int, "fewest frames"), ("max-frames", int, "most frames"),
                            ("min-pixels", int, "per video frame"), ("max-pixels", int, "per video frame"),
                            ("total-pixels", float, "per video"), ("factor", int, "patch factor (28 or 32)"),
                            ("image-min-pixels", int, "per image"), ("image-max-pixels", int, "per image")]:
         p.add_argument(f"--{name}", type=typ, help=hlp)
     p.add_argument("--backend", choices=["decord", "pyav"], help="video decoder")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="worker processes (0: inline)")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                   help="worker processes (0: inline)")
     p.add_argument("--failures", help="failures JSONL (default: CACHE_DIR/failures.jsonl)")
     p.add_argument("--timeout", type=float, default=DECODE_TIMEOUT, help="per-file decode deadline, seconds")
-    p.add_argument("--strict", action="store_true", help="refuse to run if any row is invalid (default: skip it and list it)")
-    p.add_argument("--max-prompt-chars", type=int, default=DEFAULT_MAX_PROMPT_CHARS, help="rows with a longer prompt are invalid")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to run if any row is invalid (default: skip it and list it)")
+    p.add_argument("--max-prompt-chars", type=int, default=DEFAULT_MAX_PROMPT_CHARS,
+                   help="rows with a longer prompt are invalid")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 # %% ../nbs/03a_preprocess.ipynb #7b0a74b9
 def validate_inputs(data_files:list, media_root=None, report_dir:str|Path|None=None, strict:bool=False,
                     max_prompt_chars:int|None=DEFAULT_MAX_PROMPT_CHARS) -> dict[str, set[int]]:
-    "`validate_rows` on every data file (rows only: decoding is the media check here); the refused lines per file, reports written."
+    "`validate_rows` per data file, rows only (decoding checks media): the refused lines; reports written."
     skip = {}
     for d in data_files:
         v = validate_rows(d, media_root, strict=strict, probe=False, max_prompt_chars=max_prompt_chars)
         skip[d] = {int(p.where.rsplit(":", 1)[1]) for p in v.problems}
-        print(f"validate: {v.summary()}" + (f"; listed in {Path(report_dir)/'validation'}/{Path(d).stem}.md" if v.problems and report_dir else ""),
+        print(f"validate: {v.summary()}" +
+              (f"; listed in {Path(report_dir)/'validation'}/{Path(d).stem}.md"
+               if v.problems and report_dir else ""),
               file=sys.stderr)
         if v.problems and report_dir: v.write(Path(report_dir)/"validation", Path(d).stem)
     return skip

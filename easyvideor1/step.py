@@ -21,8 +21,8 @@ from .lora import reference_model
 from .models import save_vlm
 from .parallel import Ranks, fsdp_modules, pad_micro_batches
 from .prefix import PrefixLogp, group_micro_batches
-from .replay import (Trajectory, mix_group, offline_trajectories, offpolicy_loss_fn, pad_trajectories,
-                                plan_groups, replay_metrics)
+from .replay import (Trajectory, mix_group, offline_trajectories, offpolicy_loss_fn,
+                                pad_trajectories, plan_groups, replay_metrics)
 from .rewards import compute_scores
 from .rollout import HFEngine, VLLMEngine, VLLMServer, rollout_prompt
 from .warmstart import sft_update
@@ -122,9 +122,10 @@ def sync_engine(engine, model):
 def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[list[dict]], Any]:
     "Phase 5: every completion of every group scored by its problem type's scorer (`04_rewards`), in place."
     flat = [(s, t) for s, g in zip(samples, groups) for t in g]
+    # RL: no accuracy without the tag
     scores, stats = compute_scores([t.text for _, t in flat], [s.answer for s, _ in flat],
                                    [s.problem_type for s, _ in flat], [score_extras(s) for s, _ in flat],
-                                   strict_format=strict_format, lenient=False)  # RL: no accuracy without the tag
+                                   strict_format=strict_format, lenient=False)
     for (_, t), sc in zip(flat, scores):
         t.reward = sc["overall"]
     ends = np.cumsum([len(g) for g in groups]).tolist()
@@ -132,7 +133,7 @@ def score_groups(samples, groups, strict_format: bool = False) -> tuple[list[lis
 
 # %% ../nbs/09g_step.ipynb #6f60dfe9
 def mix_offline(online, offline, plans, online_scores, threshold):
-    "Phase 4: join offline trajectories to the groups whose plan (and online accuracy) allow it (`07_replay`)."
+    "Phase 4: join offline trajectories to groups whose plan (and online accuracy) allow it (`07_replay`)."
     return [mix_group(on, off, p, [s["accuracy"] for s in sc], threshold if p.conditional else None)
             for on, off, p, sc in zip(online, offline, plans, online_scores)]
 
@@ -155,7 +156,8 @@ def draw_groups(engine, batch, prompts, rprompts, offline, sampling, cfg: TrainC
     threshold = cfg.offline_threshold if cfg.offline_threshold >= 0 else None
     plans = plan_groups(replay_rows(batch), cfg.group_size, mode, cfg.offline_per_group, threshold)
     t0 = time.time()
-    seed = step_seed(cfg.seed, step, rank, 2 + 10 * draw) % 2**31  # draw 0: the seed of a run without extra draws
+    # draw 0: the seed of a run without extra draws
+    seed = step_seed(cfg.seed, step, rank, 2 + 10 * draw) % 2**31
     engine_prompts = prompts if isinstance(engine, HFEngine) else rprompts  # HF: from the model inputs
     sampling = dataclasses.replace(sampling, seed=seed)
     comps = rollout_groups(engine, engine_prompts, [p.n_online for p in plans], sampling)  # phase 3
@@ -185,7 +187,7 @@ def extra_prompts(n_samples: int, step: int, draw: int, k: int, seed: int) -> li
 # %% ../nbs/09g_step.ipynb #a1ffb0d3
 def collect_groups(draw, n_groups: int, dynamic: bool = False, max_extra_draws: int = 3,
                    rank_min=None) -> tuple[Draw, Draw, dict]:
-    "Phases 1-5, with dynamic sampling: the first draw (unbiased, for the log), the trained batch, draw counts."
+    "Phases 1-5, dynamic sampling: the first draw (unbiased, for the log), the trained batch, draw counts."
     first = draw(0)
     if not dynamic: return first, first, {}
     kept, spare = [], []
@@ -206,7 +208,7 @@ def collect_groups(draw, n_groups: int, dynamic: bool = False, max_extra_draws: 
 
 # %% ../nbs/09g_step.ipynb #4cf2e411
 def grpo_advantages(groups, method: str, stats_reduce=None):
-    "Phase 6: group-normalised advantages (`06_grpo`); batch statistics over all ranks through `stats_reduce`."
+    "Phase 6: group-normalised advantages (`06_grpo`); batch statistics over all ranks via `stats_reduce`."
     rewards = [t.reward for g in groups for t in g]
     ids = [i for i, g in enumerate(groups) for _ in g]
     return group_advantages(rewards, group_ids=ids, method=method, stats_reduce=stats_reduce)
@@ -228,7 +230,8 @@ def grpo_row(first: Draw, batch: Draw, adv, n_zero: int, counts: dict) -> dict:
                 groups=len(batch.groups), zero_var_groups=n_zero,
                 response_len=float(np.mean([len(t.ids) for t in online])),
                 truncated=float(np.mean([t.truncated for t in online])),
-                sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,  # NLL of the sampled tokens
+                # NLL of the sampled tokens
+                sampled_entropy=float(-np.mean(sampled)) if sampled else math.nan,
                 **{f"acc/{k}": v for k, v in first.stats.mean_accuracy.items()},
                 scorer_errors=sum(first.stats.errors.values()),
                 **{f"acc_source/{k}": float(np.mean(v)) for k, v in by_source.items() if v},
@@ -271,8 +274,8 @@ def mismatch_metrics(pairs: torch.Tensor) -> dict:
     d = t - r  # (n,)
     varied = pairs.shape[1] > 1 and t.std() > 0 and r.std() > 0  # a correlation needs two varying series
     corr = float(torch.corrcoef(pairs.double())[0, 1]) if varied else math.nan
-    return dict(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()), logp_gap_max=float(d.abs().max()),
-                logp_corr=corr)
+    return dict(logp_gap=float(d.mean()), logp_gap_abs=float(d.abs().mean()),
+                logp_gap_max=float(d.abs().max()), logp_corr=corr)
 
 # %% ../nbs/09g_step.ipynb #6d9cd654
 MISMATCH_CAUSES = (
@@ -287,12 +290,13 @@ def mismatch_warning(row: dict, min_corr: float = 0.9, max_gap: float = 0.05) ->
     "One warning when a step's rollout and trainer log-probs disagree, naming the likely causes."
     corr, gap = row.get("logp_corr", math.nan), row.get("logp_gap_abs", math.nan)
     if not (corr < min_corr or gap > max_gap): return None  # nan (no online token, or a constant) never warns
-    return (f"rollout and trainer log-probs disagree (correlation {corr:.3f}, mean |gap| {gap:.3g} per token); "
+    return (f"rollout and trainer log-probs disagree "
+            f"(correlation {corr:.3f}, mean |gap| {gap:.3g} per token); "
             "likely causes: " + "; ".join(MISMATCH_CAUSES))
 
 # %% ../nbs/09g_step.ipynb #316f0b7b
-def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: int, shared_prefix: bool = True,
-                     temperature: float = 1.0) -> dict:
+def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: int,
+                     shared_prefix: bool = True, temperature: float = 1.0) -> dict:
     "The mismatch metrics of a step that updates nothing: one no-grad pass at the rollout weights."
     zeros = torch.zeros(sum(len(g) for g in groups))  # no advantage: nothing is trained
     _, mbs = step_micro_batches(prompts, groups, zeros, micro_batch_size, pad_id)
@@ -303,19 +307,23 @@ def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: i
 
 # %% ../nbs/09g_step.ipynb #4825ceed
 def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int, pad_id: int,
-                shared_prefix: bool = True, temperature: float = 1.0, updates: int = 1, offpolicy: str = "none",
-                ref_model=None, count_mean=None, agg: str = "token_mean", mask_truncated: bool = False,
-                rank_max=None, rollout_is: str = "none", rollout_is_cap: float = 2.0, **step_kw) -> dict:
+                shared_prefix: bool = True, temperature: float = 1.0, updates: int = 1,
+                offpolicy: str = "none", ref_model=None, count_mean=None, agg: str = "token_mean",
+                mask_truncated: bool = False, rank_max=None, rollout_is: str = "none",
+                rollout_is_cap: float = 2.0, **step_kw) -> dict:
     "Phase 7: old / reference log-probs when needed, then `updates` optimizer steps of `grpo_step`."
     # rollout_is: the rollout correction (`06_grpo`), its weights taken against the trainer's log-probs at the
     # rollout weights: the stored old_logp when updates > 1, else the first (only) pass, at those weights
-    # rank_max: FSDP2's equal work (`parallel.max_over_ranks`): every group in the same number of chunks on every
-    # rank, and as many micro-batches (zero-weight copies) as the busiest rank: all ranks run the same collectives
+    # rank_max: FSDP2's equal work (`parallel.max_over_ranks`): every group in the same number of chunks on
+    # every rank, and as many micro-batches (zero-weight copies) as the busiest rank: all ranks run the same
+    # collectives
     sizes = [len(g) for g in groups]
     n_chunks = None
-    if rank_max is not None:  # chunks per group: the largest group's need anywhere, at most the smallest's size
+    if rank_max is not None:
+        # chunks per group: the largest group's need anywhere, at most the smallest's size
         n_chunks = min(rank_max(max(-(-n // micro_batch_size) for n in sizes)), -rank_max(-min(sizes)))
-        if n_chunks > 1 and -rank_max(-len(groups)) != rank_max(len(groups)):  # a padded one-chunk group: no match
+        # a padded one-chunk group: no match
+        if n_chunks > 1 and -rank_max(-len(groups)) != rank_max(len(groups)):
             raise RuntimeError(f"grpo_update: ranks hold different numbers of groups ({len(groups)} here) "
                                f"with {n_chunks} chunks each")
     padded, mbs = step_micro_batches(prompts, groups, adv, micro_batch_size, pad_id, n_chunks, mask_truncated)
@@ -326,7 +334,8 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
             has = mb.behaviour_logp is not None
             mb.rollout_logp = online_rollout_logp(mb) if has else torch.full_like(mb.mask, math.nan)  # (b, T)
     policy_fn, gaps = PrefixLogp(model, shared_prefix, temperature), []  # entropy: logged from the rollout
-    def logp_fn(mb):  # the first pass over the micro-batches is at the rollout's weights: record the gap there
+    # the first pass over the micro-batches is at the rollout's weights: record the gap there
+    def logp_fn(mb):
         lp = policy_fn(mb)  # (b, T)
         if len(gaps) < len(mbs): gaps.append(rollout_gap(lp, mb))
         return lp

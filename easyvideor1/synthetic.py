@@ -5,6 +5,7 @@
 # %% ../nbs/00_synthetic.ipynb #1dd6b9d0
 from __future__ import annotations
 import argparse, inspect, json, math, os, secrets, tempfile, time, zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -33,7 +34,7 @@ class Example:
     problem_type: str  # routing key of the reward function
     options: list[str] = field(default_factory=list)  # "A. left", ... for multiple choice
     think: str = ""  # short correct reasoning, for offline trajectories
-    boxes: dict[int, list[int]] = field(default_factory=dict)  # frame index -> target box, for drawing and checks
+    boxes: dict[int, list[int]] = field(default_factory=dict)  # frame index -> target box (drawing, checks)
 
     @property
     def data_type(self) -> str: return "video" if self.frames.ndim == 4 else "image"
@@ -46,13 +47,15 @@ class Example:
         rows = [("task", self.task), ("frames", f"{self.data_type} {shape} @ {self.fps:g} fps"),
                 ("problem", self.problem), ("options", ", ".join(self.options)),
                 ("problem_type", self.problem_type), ("answer", f"`{self.answer}`"), ("think", self.think)]
-        esc = lambda v: str(v).replace("<", "&lt;").replace("|", "\\|")  # show `<video>`, keep the table intact
+        # show `<video>`, keep the table intact
+        esc = lambda v: str(v).replace("<", "&lt;").replace("|", "\\|")
         return "| field | value |\n|---|---|\n" + "\n".join(f"| {k} | {esc(v)} |" for k, v in rows)
 
 # %% ../nbs/00_synthetic.ipynb #2c9ceff3
 COLORS = {"white": (240, 240, 240), "red": (230, 40, 40), "green": (40, 210, 60),
           "blue": (60, 100, 255), "yellow": (240, 220, 40), "magenta": (220, 60, 220)}
-DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}  # (dx, dy); y grows downwards
+# (dx, dy); y grows downwards
+DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 
 # %% ../nbs/00_synthetic.ipynb #0e7cac55
 def _canvas(rng: np.random.Generator, n: int, size: int, noise: int, bg: int = 20) -> np.ndarray:
@@ -72,28 +75,34 @@ def _finish(canvas: np.ndarray) -> torch.Tensor:
 def _box(x: int, y: int, s: int) -> list[int]: return [int(x), int(y), int(x) + s, int(y) + s]
 
 # %% ../nbs/00_synthetic.ipynb #c2ac504a
-def _path(rng: np.random.Generator, n: int, size: int, square: int, speed: int, direction: str) -> list[list[int]]:
+def _path(rng: np.random.Generator, n: int, size: int, square: int, speed: int,
+          direction: str) -> list[list[int]]:
     "Boxes of a square moving `speed` px per frame in `direction` for `n` frames, inside the frame."
     dx, dy = DIRECTIONS[direction]
     travel, room = speed * (n - 1), size - square
-    if travel > room: raise ValueError(f"a {square} px square moving {speed} px/frame for {n} frames needs {travel} px; the frame leaves {room}")
+    if travel > room:
+        raise ValueError(f"a {square} px square moving {speed} px/frame for {n} frames needs {travel} px; "
+                         f"the frame leaves {room}")
     lo_x, hi_x = (travel, room) if dx < 0 else (0, room - travel if dx > 0 else room)
     lo_y, hi_y = (travel, room) if dy < 0 else (0, room - travel if dy > 0 else room)
     x0, y0 = rng.integers(lo_x, hi_x + 1), rng.integers(lo_y, hi_y + 1)
     return [_box(x0 + dx * speed * t, y0 + dy * speed * t, square) for t in range(n)]
 
-def _speed(rng: np.random.Generator, speed: tuple[int, int]) -> int: return int(rng.integers(speed[0], speed[1] + 1))
+def _speed(rng: np.random.Generator, speed: tuple[int, int]) -> int:
+    return int(rng.integers(speed[0], speed[1] + 1))
 
 # %% ../nbs/00_synthetic.ipynb #a43f07de
 def _letters(options: list[str]) -> list[str]: return [f"{chr(65 + i)}. {o}" for i, o in enumerate(options)]
 
-def direction_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
+def direction_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+                   noise: int = 10,
                    speed: tuple[int, int] = (6, 10),  # px per frame, drawn uniformly (inclusive)
                    square: int = 16, color: str = "white",
                    n_options: int = 2,  # 2: left/right; 4: left/right/up/down
                    ) -> Example:
     "Multiple choice: which direction does the square move?"
-    if n_options not in (2, 4): raise ValueError(f"direction_clip: n_options must be 2 or 4, got {n_options}")
+    if n_options not in (2, 4):
+        raise ValueError(f"direction_clip: n_options must be 2 or 4, got {n_options}")
     names = list(DIRECTIONS)[:n_options]
     d = names[rng.integers(n_options)]
     boxes = _path(rng, n_frames, size, square, _speed(rng, speed), d)
@@ -103,7 +112,8 @@ def direction_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8,
     c0, c1 = (boxes[0][i] + boxes[0][i + 2]) // 2, (boxes[-1][i] + boxes[-1][i + 2]) // 2
     return Example("direction", _finish(canvas), fps, "<video>Which direction does the square move?",
                    chr(65 + names.index(d)), "multiple choice", _letters(names),
-                   f"The square starts at {axis}={c0} and ends at {axis}={c1}, so it moves {d}.", dict(enumerate(boxes)))
+                   f"The square starts at {axis}={c0} and ends at {axis}={c1}, so it moves {d}.",
+                   dict(enumerate(boxes)))
 
 # %% ../nbs/00_synthetic.ipynb #07316428
 def _to_thwc(frames) -> np.ndarray:
@@ -111,12 +121,15 @@ def _to_thwc(frames) -> np.ndarray:
     if isinstance(frames, torch.Tensor):
         x = frames.detach().cpu()
         if x.ndim == 3: x = x[None]
-        if x.ndim != 4 or x.shape[1] not in (1, 3): raise ValueError(f"expected torch (T, C, H, W) or (C, H, W) with C in (1, 3), got {tuple(frames.shape)}")
+        if x.ndim != 4 or x.shape[1] not in (1, 3):
+            raise ValueError(f"expected torch (T, C, H, W) or (C, H, W) with C in (1, 3), "
+                             f"got {tuple(frames.shape)}")
         x = x.permute(0, 2, 3, 1).numpy()
     else:
         x = np.asarray(frames)
         if x.ndim == 3: x = x[None]
-        if x.ndim != 4 or x.shape[-1] not in (1, 3): raise ValueError(f"expected numpy (T, H, W, C) or (H, W, C) with C in (1, 3), got {x.shape}")
+        if x.ndim != 4 or x.shape[-1] not in (1, 3):
+            raise ValueError(f"expected numpy (T, H, W, C) or (H, W, C) with C in (1, 3), got {x.shape}")
     if x.dtype != np.uint8: raise ValueError(f"expected uint8 frames, got {x.dtype}")
     return np.ascontiguousarray(x)
 
@@ -141,8 +154,10 @@ def show_frames(frames,  # torch uint8 (T, C, H, W) / (C, H, W), or numpy (T, H,
     "Draw a clip as a matplotlib grid of frames, with optional boxes; returns the figure."
     import matplotlib.pyplot as plt
     x = _to_thwc(frames)  # (T, H, W, C)
-    ncols = min(ncols, len(x)); nrows = math.ceil(len(x) / ncols)
-    fig, axs = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows + (0.3 if suptitle else 0)), squeeze=False, dpi=dpi)
+    ncols = min(ncols, len(x))
+    nrows = math.ceil(len(x) / ncols)
+    fig, axs = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows + (0.3 if suptitle else 0)),
+                            squeeze=False, dpi=dpi)
     for i, ax in enumerate(axs.flat):
         ax.axis("off")
         if i >= len(x): continue
@@ -153,8 +168,8 @@ def show_frames(frames,  # torch uint8 (T, C, H, W) / (C, H, W), or numpy (T, H,
     return fig
 
 # %% ../nbs/00_synthetic.ipynb #06f5c56e
-def color_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
-               speed: tuple[int, int] = (6, 10), square: int = 16,
+def color_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+               noise: int = 10, speed: tuple[int, int] = (6, 10), square: int = 16,
                colors: tuple[str, ...] = ("red", "green", "blue", "yellow"),  # the options, in this order
                ) -> Example:
     "Multiple choice: what colour is the moving square?"
@@ -170,13 +185,15 @@ def color_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps
 def _cells(rng: np.random.Generator, k: int, size: int, square: int, grid: int = 3) -> list[list[int]]:
     "Boxes of `k` squares placed in distinct cells of a grid x grid layout."
     cell = size // grid
-    if square > cell: raise ValueError(f"a {square} px square does not fit a {cell} px cell of a {size} px frame")
+    if square > cell:
+        raise ValueError(f"a {square} px square does not fit a {cell} px cell of a {size} px frame")
     if k > grid * grid: raise ValueError(f"{k} squares do not fit {grid * grid} cells")
     idx = rng.choice(grid * grid, size=k, replace=False)
-    return [_box(i % grid * cell + rng.integers(cell - square + 1), i // grid * cell + rng.integers(cell - square + 1), square) for i in idx]
+    return [_box(i % grid * cell + rng.integers(cell - square + 1),
+                 i // grid * cell + rng.integers(cell - square + 1), square) for i in idx]
 
-def count_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
-               square: int = 12, color: str = "white",
+def count_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+               noise: int = 10, square: int = 12, color: str = "white",
                max_count: int = 5,  # counts are drawn from 1..max_count (at most 9)
                ) -> Example:
     "Numerical: how many squares are there?"
@@ -185,22 +202,25 @@ def count_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps
     canvas = _canvas(rng, n_frames, size, noise)
     for t in range(n_frames):
         for b in boxes: _paint(canvas, t, b, color)
-    return Example("count", _finish(canvas), fps, "<video>How many squares are in the video?", str(k), "numerical",
+    return Example("count", _finish(canvas), fps, "<video>How many squares are in the video?",
+                   str(k), "numerical",
                    think=f"I see {k} separate square{'s' if k > 1 else ''} in every frame, so there are {k}.",
                    boxes={0: boxes[0]})
 
 # %% ../nbs/00_synthetic.ipynb #f4c9f7f2
 def _span(rng: np.random.Generator, n_frames: int, min_len: int) -> tuple[int, int]:
-    "Visible frames a .. b-1 with b - a >= min_len, never the whole clip (something must appear or disappear)."
-    if min_len >= n_frames: raise ValueError(f"need more than {min_len} frames for a visible span, got {n_frames}")
+    "Visible frames a .. b-1, b - a >= min_len, never the whole clip (something must appear or disappear)."
+    if min_len >= n_frames:
+        raise ValueError(f"need more than {min_len} frames for a visible span, got {n_frames}")
     while True:
-        a = int(rng.integers(0, n_frames - min_len + 1)); b = int(rng.integers(a + min_len, n_frames + 1))
+        a = int(rng.integers(0, n_frames - min_len + 1))
+        b = int(rng.integers(a + min_len, n_frames + 1))
         if (a, b) != (0, n_frames): return a, b
 
 def _t(i: int, fps: float) -> float: return round(i / fps, 3)
 
-def appear_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
-                speed: tuple[int, int] = (6, 10), square: int = 16, color: str = "white",
+def appear_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+                noise: int = 10, speed: tuple[int, int] = (6, 10), square: int = 16, color: str = "white",
                 min_len: int = 2,  # fewest frames the square is visible
                 ) -> Example:
     "Temporal grounding: during which seconds is the square visible?"
@@ -209,45 +229,54 @@ def appear_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fp
     canvas = _canvas(rng, n_frames, size, noise)
     for t in range(a, b): _paint(canvas, t, path[t], color)
     s, e = _t(a, fps), _t(b, fps)
-    return Example("appear", _finish(canvas), fps, "<video>When is the square visible? Give the start and end time in seconds.",
+    return Example("appear", _finish(canvas), fps,
+                   "<video>When is the square visible? Give the start and end time in seconds.",
                    json.dumps({"time": [s, e]}), "temporal grounding",
-                   think=f"The square is on screen from frame {a} to frame {b - 1}; at {fps:g} fps that is {s} s to {e} s.",
+                   think=f"The square is on screen from frame {a} to frame {b - 1}; "
+                         f"at {fps:g} fps that is {s} s to {e} s.",
                    boxes={t: path[t] for t in range(a, b)})
 
 # %% ../nbs/00_synthetic.ipynb #1946d351
 def _seconds(n_frames: int, fps: float) -> dict[int, int]:
     "Whole second k -> index of the frame shown at time k, for every k inside the clip."
-    return {k: int(math.floor(k * fps)) for k in range(math.ceil(n_frames / fps)) if math.floor(k * fps) < n_frames}
+    return {k: int(math.floor(k * fps)) for k in range(math.ceil(n_frames / fps))
+            if math.floor(k * fps) < n_frames}
 
-def stg_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
-             speed: tuple[int, int] = (6, 10), square: int = 16,
-             colors: tuple[str, ...] = ("red", "green", "blue", "yellow"),  # target and distractor come from these
+def stg_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+             noise: int = 10, speed: tuple[int, int] = (6, 10), square: int = 16,
+             colors: tuple[str, ...] = ("red", "green", "blue", "yellow"),  # drawn for target and distractor
              ) -> Example:
     "Spatial-temporal grounding: when and where is the square of a given colour?"
     target, other = (colors[i] for i in rng.choice(len(colors), 2, replace=False))
-    a, b = _span(rng, n_frames, max(2, math.ceil(fps)))  # ceil(fps) frames always contain a whole second
+    # ceil(fps) frames always contain a whole second
+    a, b = _span(rng, n_frames, max(2, math.ceil(fps)))
     path = _path(rng, n_frames, size, square, _speed(rng, speed), list(DIRECTIONS)[rng.integers(4)])
     still = _box(*rng.integers(0, size - square + 1, 2), square)
     canvas = _canvas(rng, n_frames, size, noise)
     for t in range(n_frames): _paint(canvas, t, still, other)
-    for t in range(a, b): _paint(canvas, t, path[t], target)  # painted last: the target is on top
+    # painted last: the target is on top
+    for t in range(a, b): _paint(canvas, t, path[t], target)
     secs = {k: i for k, i in _seconds(n_frames, fps).items() if a <= i < b}
     s, e = _t(a, fps), _t(b, fps)
     ans = {"time": [s, e], "boxes": {str(k): path[i] for k, i in secs.items()}}
-    return Example("stg", _finish(canvas), fps, f"<video>When is the {target} square visible, and where is it at each whole second?",
+    return Example("stg", _finish(canvas), fps,
+                   f"<video>When is the {target} square visible, and where is it at each whole second?",
                    json.dumps(ans), "spatial-temporal grounding",
-                   think=f"The {target} square is visible from {s} s to {e} s; " + "; ".join(f"at {k} s it is at {path[i]}" for k, i in secs.items()) + ".",
+                   think=f"The {target} square is visible from {s} s to {e} s; " +
+                         "; ".join(f"at {k} s it is at {path[i]}" for k, i in secs.items()) + ".",
                    boxes={t: path[t] for t in range(a, b)})
 
 # %% ../nbs/00_synthetic.ipynb #fada466e
-def track_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
-               speed: tuple[int, int] = (6, 10), square: int = 16, color: str = "white") -> Example:
+def track_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+               noise: int = 10, speed: tuple[int, int] = (6, 10), square: int = 16,
+               color: str = "white") -> Example:
     "Tracking: the square's box at every whole second."
     path = _path(rng, n_frames, size, square, _speed(rng, speed), list(DIRECTIONS)[rng.integers(4)])
     canvas = _canvas(rng, n_frames, size, noise)
     for t, b in enumerate(path): _paint(canvas, t, b, color)
     secs = _seconds(n_frames, fps)
-    return Example("track", _finish(canvas), fps, "<video>Track the square: give its bounding box at every whole second.",
+    return Example("track", _finish(canvas), fps,
+                   "<video>Track the square: give its bounding box at every whole second.",
                    json.dumps({"boxes": {str(k): path[i] for k, i in secs.items()}}), "tracking",
                    think="; ".join(f"At {k} s the square is at {path[i]}" for k, i in secs.items()) + ".",
                    boxes=dict(enumerate(path)))
@@ -263,13 +292,16 @@ def ground_image(rng: np.random.Generator, size: int = 112, noise: int = 10, squ
     boxes = _cells(rng, k, size, square)
     canvas = _canvas(rng, 1, size, noise)
     for c, b in zip(cs, boxes): _paint(canvas, 0, b, c)
-    return Example("ground", _finish(canvas)[0], 0.0, f"<image>Where is the {cs[0]} square? Give its bounding box.",
+    return Example("ground", _finish(canvas)[0], 0.0,
+                   f"<image>Where is the {cs[0]} square? Give its bounding box.",
                    json.dumps({"boxes": boxes[0]}), "spatial grounding",
-                   think=f"The {cs[0]} square spans x {boxes[0][0]}-{boxes[0][2]} and y {boxes[0][1]}-{boxes[0][3]}.", boxes={0: boxes[0]})
+                   think=f"The {cs[0]} square spans x {boxes[0][0]}-{boxes[0][2]} "
+                         f"and y {boxes[0][1]}-{boxes[0][3]}.",
+                   boxes={0: boxes[0]})
 
 # %% ../nbs/00_synthetic.ipynb #c081bce7
-def moves_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0, noise: int = 10,
-               speed: tuple[int, int] = (6, 10), square: int = 16, color: str = "white",
+def moves_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
+               noise: int = 10, speed: tuple[int, int] = (6, 10), square: int = 16, color: str = "white",
                directions: tuple[str, ...] = ("left", "right", "up", "down")) -> Example:
     "Boolean: does the square move in the asked direction?"
     asked = directions[rng.integers(len(directions))]
@@ -278,8 +310,10 @@ def moves_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps
     path = _path(rng, n_frames, size, square, _speed(rng, speed), d)
     canvas = _canvas(rng, n_frames, size, noise)
     for t, b in enumerate(path): _paint(canvas, t, b, color)
-    return Example("moves", _finish(canvas), fps, f"<video>Does the square move {asked}?", "yes" if yes else "no", "boolean",
-                   think=f"The square moves {d}, {'which is' if yes else 'not'} {asked}.", boxes=dict(enumerate(path)))
+    return Example("moves", _finish(canvas), fps, f"<video>Does the square move {asked}?",
+                   "yes" if yes else "no", "boolean",
+                   think=f"The square moves {d}, {'which is' if yes else 'not'} {asked}.",
+                   boxes=dict(enumerate(path)))
 
 # %% ../nbs/00_synthetic.ipynb #2e7072d2
 TASKS: dict[str, Callable[..., Example]] = {
@@ -288,12 +322,12 @@ TASKS: dict[str, Callable[..., Example]] = {
 
 # %% ../nbs/00_synthetic.ipynb #8b955b70
 def tmp_name(path: str | Path) -> Path:
-    "A unique temporary name beside `path`, `.tmp.<pid>.<hex>.<name>`: the pid tells `sweep_tmp` if its writer still runs."
+    "A unique temporary name `.tmp.<pid>.<hex>.<name>` beside `path`: `sweep_tmp` sees if the pid still runs."
     path = Path(path)
     return path.with_name(f".tmp.{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    "Call `write(tmp)` on a temporary file beside `path`, then rename it onto `path`: readers see the old file or the new."
+    "Call `write(tmp)` on a temporary file beside `path`, then rename it onto `path`: readers see old or new."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_name(path)
@@ -327,13 +361,16 @@ def sweep_tmp(root: str | Path) -> int:
     return n
 
 # %% ../nbs/00_synthetic.ipynb #ec5ae45e
-_YUV = np.array([[65.481, 128.553, 24.966], [-37.797, -74.203, 112.0], [112.0, -93.786, -18.214]], np.float32) / 255  # BT.601
+# BT.601
+_YUV = np.array([[65.481, 128.553, 24.966], [-37.797, -74.203, 112.0], [112.0, -93.786, -18.214]],
+                np.float32) / 255
 
 def rgb_to_yuv420(frames: np.ndarray) -> np.ndarray:
     "uint8 RGB (T, H, W, 3) -> planar yuv420p (T, H * 3 / 2, W), the layout PyAV's `from_ndarray` takes."
     T, H, W, _ = frames.shape
     rgb = frames.astype(np.float32)  # (T, H, W, 3)
-    sub = (rgb[:, 0::2, 0::2] + rgb[:, 1::2, 0::2] + rgb[:, 0::2, 1::2] + rgb[:, 1::2, 1::2]) / 4  # (T, H/2, W/2, 3)
+    # (T, H/2, W/2, 3)
+    sub = (rgb[:, 0::2, 0::2] + rgb[:, 1::2, 0::2] + rgb[:, 0::2, 1::2] + rgb[:, 1::2, 1::2]) / 4
     planes = [16 + rgb @ _YUV[0], 128 + sub @ _YUV[1], 128 + sub @ _YUV[2]]  # (T, H, W), 2 x (T, H/2, W/2)
     yuv = np.concatenate([p.reshape(T, -1) for p in planes], 1)  # (T, H * W * 3 / 2)
     return np.rint(yuv).clip(0, 255).astype(np.uint8).reshape(T, H * 3 // 2, W)
@@ -382,9 +419,12 @@ def to_row(ex: Example, problem_id: str, media: str,  # media path relative to t
            ) -> dict:
     "The original EasyVideoR1 sample dict for an example whose media is at `media`."
     key = "videos" if ex.data_type == "video" else "images"
-    return {"problem_id": problem_id, "problem": ex.problem, "answer": ex.answer, "problem_type": ex.problem_type,
-            "data_type": ex.data_type, key: [media], "options": ex.options, "has_offline_trajectory": offline,
-            "offline_output": (ex.offline_output if think else f"<answer>{ex.answer}</answer>") if offline else "", "data_source": f"synthetic/{ex.task}"}
+    return {"problem_id": problem_id, "problem": ex.problem, "answer": ex.answer,
+            "problem_type": ex.problem_type, "data_type": ex.data_type, key: [media], "options": ex.options,
+            "has_offline_trajectory": offline,
+            "offline_output": (ex.offline_output if think else f"<answer>{ex.answer}</answer>")
+                              if offline else "",
+            "data_source": f"synthetic/{ex.task}"}
 
 # %% ../nbs/00_synthetic.ipynb #c374271c
 def _rng(seed: int, *keys: str | int) -> np.random.Generator:
@@ -402,40 +442,51 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, (val.jsonl,) test
                seed: int = 0,
                tasks: list[str] | None = None,  # names from TASKS; default all
                n_test: int = 4,  # test examples per task
-               n_val: int = 0,  # validation examples per task (val.jsonl, written when > 0): choose checkpoints on it, report on test
+               n_val: int = 0,  # per-task validation examples (val.jsonl if > 0): pick on it, report on test
                offline_fraction: float = 0.5,  # share of training examples with an offline trajectory
-               offline_tasks: list[str] | None = None,  # tasks whose examples may carry one (None: all); the rest have only answers
+               offline_tasks: list[str] | None = None,  # tasks allowed one (None: all); the rest: answer only
                crf: int = 23,  # x264 quality of the written videos
-               think: bool = True,  # offline trajectories reason in <think> before <answer> (False: answer only)
-               task_options: dict[str, dict] | None = None,  # per-task generator keywords, e.g. {"direction": {"n_options": 4}}
-               **options,  # generator keywords for every task that takes them: size, n_frames, fps, noise, speed, ...
+               think: bool = True,  # offline trajectories reason in <think> first (False: answer only)
+               task_options: dict[str, dict] | None = None,  # per-task generator keywords {task: {kw: value}}
+               workers: int = 2,  # threads writing examples (1: one at a time; the files are the same)
+               **options,  # generator keywords for each task that takes them: size, n_frames, fps, noise, ...
                ) -> Path:
-    "Write every task's examples as mp4 / png files plus train.jsonl, (val.jsonl) and test.jsonl; returns `out_dir`."
-    out, names, task_options = Path(out_dir), list(TASKS) if tasks is None else list(tasks), task_options or {}
-    if bad := [t for t in names + list(task_options) if t not in TASKS]: raise ValueError(f"unknown task(s) {bad}; known: {list(TASKS)}")
-    if not 0 <= offline_fraction <= 1: raise ValueError(f"offline_fraction must be in [0, 1], got {offline_fraction}")
-    if bad := [t for t in offline_tasks or [] if t not in names]: raise ValueError(f"offline_tasks {bad} are not among the tasks {names}")
+    "Write every task's examples as mp4 / png plus train.jsonl, (val.jsonl), test.jsonl; returns `out_dir`."
+    out, names, task_options = (Path(out_dir), list(TASKS) if tasks is None else list(tasks),
+                                task_options or {})
+    if bad := [t for t in names + list(task_options) if t not in TASKS]:
+        raise ValueError(f"unknown task(s) {bad}; known: {list(TASKS)}")
+    if not 0 <= offline_fraction <= 1:
+        raise ValueError(f"offline_fraction must be in [0, 1], got {offline_fraction}")
+    if bad := [t for t in offline_tasks or [] if t not in names]:
+        raise ValueError(f"offline_tasks {bad} are not among the tasks {names}")
     params = {t: set(inspect.signature(TASKS[t]).parameters) for t in names}
-    if bad := [k for k in options if not any(k in p for p in params.values())]: raise TypeError(f"no selected task takes option(s) {bad}")
-    for split, n in (("train", n_per_task), ("val", n_val), ("test", n_test)):
-        if split == "val" and not n: continue
-        rows = []
-        for t in names:
-            kw = {k: v for k, v in options.items() if k in params[t]} | task_options.get(t, {})
-            share = offline_fraction if split == "train" and (offline_tasks is None or t in offline_tasks) else 0
-            offline = set(_rng(seed, t, "offline").permutation(n)[:round(share * n)].tolist())
-            for i in range(n):
-                ex, pid = TASKS[t](_rng(seed, t, split, i), **kw), f"{t}-{split}-{i:04d}"
-                media = f"videos/{pid}.mp4" if ex.data_type == "video" else f"images/{pid}.png"
-                if ex.data_type == "video": write_video(out / media, ex.frames, ex.fps, crf)
-                else: write_image(out / media, ex.frames)
-                rows.append(to_row(ex, pid, media, i in offline, think))
-        _write_jsonl(out / f"{split}.jsonl", rows)
+    if bad := [k for k in options if not any(k in p for p in params.values())]:
+        raise TypeError(f"no selected task takes option(s) {bad}")
+    def write(t, split, i, kw, offline):  # one example, from its own generator
+        ex, pid = TASKS[t](_rng(seed, t, split, i), **kw), f"{t}-{split}-{i:04d}"
+        media = f"videos/{pid}.mp4" if ex.data_type == "video" else f"images/{pid}.png"
+        if ex.data_type == "video": write_video(out / media, ex.frames, ex.fps, crf)
+        else: write_image(out / media, ex.frames)
+        return to_row(ex, pid, media, i in offline, think)
+    # threads: x264 and numpy release the GIL; each example has its own generator, so the files do not
+    # depend on the order the threads run in
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for split, n in (("train", n_per_task), ("val", n_val), ("test", n_test)):
+            if split == "val" and not n: continue
+            rows = []
+            for t in names:
+                kw = {k: v for k, v in options.items() if k in params[t]} | task_options.get(t, {})
+                share = (offline_fraction if split == "train" and (offline_tasks is None or t in offline_tasks)
+                         else 0)
+                offline = set(_rng(seed, t, "offline").permutation(n)[:round(share * n)].tolist())
+                rows += pool.map(lambda i: write(t, split, i, kw, offline), range(n))
+            _write_jsonl(out / f"{split}.jsonl", rows)
     return out
 
 # %% ../nbs/00_synthetic.ipynb #3ae74d53
 def read_jsonl(path: str | Path,
-               torn_tail: bool = False,  # a log being appended to: a missing file is [], an unfinished last line (a kill mid-write) is dropped
+               torn_tail: bool = False,  # growing log: no file is [], a last line cut mid-write is dropped
                ) -> list[dict]:
     "Rows of a jsonl file; a malformed line is an error naming the file and line."
     path = Path(path)
@@ -477,7 +528,8 @@ def show_examples(root: str | Path, rows: list[dict],
             ax.axis("off")
             if i < len(x): _draw(ax, x[i], boxes.get(i))
         ax_row[0].set_title(f"{r['data_source'].split('/')[-1]}: {r['answer'][:90]}", loc="left", fontsize=7)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=1 - 0.25 / (size + 0.25) / len(rows), wspace=0.05, hspace=0.25)
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=1 - 0.25 / (size + 0.25) / len(rows),
+                        wspace=0.05, hspace=0.25)
     return fig
 
 # %% ../nbs/00_synthetic.ipynb #d42fdad7
@@ -486,7 +538,8 @@ def _text_table(rows: list[dict]) -> str:
     cols = list(rows[0])
     w = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
     line = lambda r: "  ".join(str(r[c]).ljust(w[c]) for c in cols).rstrip()
-    return "\n".join([line({c: c for c in cols}), line({c: "-" * w[c] for c in cols})] + [line(r) for r in rows])
+    return "\n".join([line({c: c for c in cols}), line({c: "-" * w[c] for c in cols})] +
+                     [line(r) for r in rows])
 
 # %% ../nbs/00_synthetic.ipynb #64b2300f
 def main(argv: list[str] | None = None):
@@ -497,11 +550,13 @@ def main(argv: list[str] | None = None):
     p.add_argument("--n-test", type=int, default=4, help="test examples per task")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task names")
-    p.add_argument("--offline-fraction", type=float, default=0.5, help="share of training rows with an offline trajectory")
+    p.add_argument("--offline-fraction", type=float, default=0.5,
+                   help="share of training rows with an offline trajectory")
     p.add_argument("--grid", default=None, help="PNG of decoded examples (default OUT/examples.png)")
     a = p.parse_args(argv)
     t0 = time.time()
-    root = make_suite(a.out, a.n_per_task, a.seed, tasks=a.tasks.split(","), n_test=a.n_test, offline_fraction=a.offline_fraction)
+    root = make_suite(a.out, a.n_per_task, a.seed, tasks=a.tasks.split(","), n_test=a.n_test,
+                      offline_fraction=a.offline_fraction)
     secs = time.time() - t0
     rows = {s: read_jsonl(root / f"{s}.jsonl") for s in ("train", "test")}
     first = {}  # data_source -> its first row
@@ -510,8 +565,10 @@ def main(argv: list[str] | None = None):
     for src, r in first.items():
         frames, fps = row_media(root, r)
         n = {s: sum(x["data_source"] == src for x in rows[s]) for s in rows}
-        table.append({"task": src.split("/")[-1], "problem_type": r["problem_type"], "train": n["train"], "test": n["test"],
-                      "decoded": "x".join(map(str, frames.shape)) + (f" @ {fps:g} fps" if fps else ""), "example answer": r["answer"]})
+        table.append({"task": src.split("/")[-1], "problem_type": r["problem_type"], "train": n["train"],
+                      "test": n["test"],
+                      "decoded": "x".join(map(str, frames.shape)) + (f" @ {fps:g} fps" if fps else ""),
+                      "example answer": r["answer"]})
     print(f"wrote {len(rows['train'])} train + {len(rows['test'])} test samples to {root} in {secs:.1f} s")
     print(_text_table(table))
     grid = Path(a.grid) if a.grid else root / "examples.png"

@@ -11,7 +11,8 @@ from typing import Callable, Iterable
 
 from PIL import Image
 
-from .data import (Sample, DataError, iter_rows, _parse_row, build_prompt, clip_window, format_options, prompt_family)
+from .data import (Sample, DataError, iter_rows, _parse_row, build_prompt, clip_window,
+                              format_options, prompt_family)
 from .video import run_with_deadline
 
 
@@ -36,11 +37,13 @@ class Problem:
 
 
 # %% ../nbs/05a_validate.ipynb #8835774e
-DEFAULT_MAX_PROMPT_CHARS = 50_000  # a question, options and instructions longer than this are refused (a 5 MB question is a 625k-token prompt)
-DEFAULT_MAX_SOURCE_PIXELS = Image.MAX_IMAGE_PIXELS  # pixels of one source frame or image, at most (PIL's decompression-bomb limit)
+# a question, options and instructions longer than this are refused (a 5 MB question is a 625k-token prompt)
+DEFAULT_MAX_PROMPT_CHARS = 50_000
+# pixels of one source frame or image, at most (PIL's decompression-bomb limit)
+DEFAULT_MAX_SOURCE_PIXELS = Image.MAX_IMAGE_PIXELS
 
 def check_row(row, where: str) -> None:
-    "Raw-field checks `_parse_row` is lenient about: options must be a list of strings, the problem a non-empty string."
+    "Raw-field checks `_parse_row` skips: options must be a list of strings, the problem a non-empty string."
     if not isinstance(row, dict): return  # `_parse_row` names the type
     opts = row.get("options")
     if opts is not None and not (isinstance(opts, list) and all(isinstance(o, str) for o in opts)):
@@ -54,48 +57,64 @@ def _answer_letter(answer: str) -> str | None:
     return mc_letter(answer.strip())
 
 def _check_answer(s: Sample, fam: str):
-    "The ground truth, written as a response, must score 1: a malformed or impossible answer is refused here, not scored 0 forever."
+    "Ground truth as a response must score 1: a malformed or impossible one is refused, not scored 0 forever."
     from easyvideor1.rewards import compute_score, ScorerError
     kw = {"options": s.options} if s.options else {}
-    try: acc = compute_score(f"<answer>{s.answer}</answer>", s.answer, s.problem_type, **kw)["accuracy"]
-    except ScorerError as e: raise InvalidRow(f"answer {s.answer[:40]!r} is not a valid {fam} ground truth: {e.__cause__}") from None
-    if acc < 1: raise InvalidRow(f"answer {s.answer[:40]!r} scores {acc:.2f} against itself as a {fam} response")
+    try:
+        acc = compute_score(f"<answer>{s.answer}</answer>", s.answer, s.problem_type, **kw)["accuracy"]
+    except ScorerError as e:
+        raise InvalidRow(f"answer {s.answer[:40]!r} is not a valid {fam} ground truth: "
+                         f"{e.__cause__}") from None
+    if acc < 1:
+        raise InvalidRow(f"answer {s.answer[:40]!r} scores {acc:.2f} against itself as a {fam} response")
 
-def check_sample(s: Sample,
-                 max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,  # cap on the user turn's characters (None: no cap)
-                 max_prompt_tokens: int | None = None,  # cap on its tokens, counted with `tokenizer` (None: no cap)
-                 tokenizer=None,  # the model's tokenizer, for `max_prompt_tokens`
-                 ) -> None:
+def check_sample(
+    s: Sample,
+    max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,  # the user turn's character cap (None: no cap)
+    max_prompt_tokens: int | None = None,  # cap on its tokens, counted with `tokenizer` (None: no cap)
+    tokenizer=None,  # the model's tokenizer, for `max_prompt_tokens`
+) -> None:
     "Raise `InvalidRow` naming the field unless the sample can be prompted and scored."
     from easyvideor1.rewards import get_scorer, UnknownProblemType
-    try: fam = prompt_family(s.problem_type, s.where)
-    except ValueError: raise InvalidRow(f"unknown problem_type {s.problem_type!r} (no prompt family)") from None
-    try: get_scorer(s.problem_type)
-    except UnknownProblemType: raise InvalidRow(f"problem_type {s.problem_type!r} has no registered scorer") from None
+    try:
+        fam = prompt_family(s.problem_type, s.where)
+    except ValueError:
+        raise InvalidRow(f"unknown problem_type {s.problem_type!r} (no prompt family)") from None
+    try:
+        get_scorer(s.problem_type)
+    except UnknownProblemType:
+        raise InvalidRow(f"problem_type {s.problem_type!r} has no registered scorer") from None
     if not s.answer.strip(): raise InvalidRow("empty answer")
     if fam == "multiple choice" and s.options:
         _, letters = format_options(s.options)
         if len(set(letters)) != len(letters): raise InvalidRow(f"repeated option letters {letters}")
         a = _answer_letter(s.answer)
-        if a not in letters: raise InvalidRow(f"answer {s.answer[:40]!r} is not one of the option letters {letters}")
+        if a not in letters:
+            raise InvalidRow(f"answer {s.answer[:40]!r} is not one of the option letters {letters}")
     _check_answer(s, fam)
-    if max_prompt_chars is not None and len(s.problem) > max_prompt_chars:  # before building: never format a 5 MB string
-        raise InvalidRow(f"problem has {len(s.problem)} characters, more than max_prompt_chars={max_prompt_chars}")
+    # before building: never format a 5 MB string
+    if max_prompt_chars is not None and len(s.problem) > max_prompt_chars:
+        raise InvalidRow(f"problem has {len(s.problem)} characters, "
+                         f"more than max_prompt_chars={max_prompt_chars}")
     try: prompt = build_prompt(s)
     except ValueError as e: raise InvalidRow(str(e).removeprefix(f"{s.where}: ")) from None
     if max_prompt_chars is not None and len(prompt) > max_prompt_chars:
-        raise InvalidRow(f"prompt has {len(prompt)} characters, more than max_prompt_chars={max_prompt_chars}")
+        raise InvalidRow(f"prompt has {len(prompt)} characters, "
+                         f"more than max_prompt_chars={max_prompt_chars}")
     if max_prompt_tokens is not None:
         if tokenizer is None: raise ValueError("max_prompt_tokens needs the tokenizer")
         n = len(tokenizer(prompt)["input_ids"])
-        if n > max_prompt_tokens: raise InvalidRow(f"prompt has {n} tokens, more than max_prompt_tokens={max_prompt_tokens}")
+        if n > max_prompt_tokens:
+            raise InvalidRow(f"prompt has {n} tokens, more than max_prompt_tokens={max_prompt_tokens}")
 
 
 # %% ../nbs/05a_validate.ipynb #c978d580
 def _probe_image(path: Path, max_pixels: int):
     with Image.open(path) as im:  # reads the header only; PIL's own bomb check fires here for huge images
         w, h = im.size
-        if w * h > max_pixels: raise InvalidRow(f"image {path} is {w}x{h} = {w * h} pixels, more than max_source_pixels={max_pixels}")
+        if w * h > max_pixels:
+            raise InvalidRow(f"image {path} is {w}x{h} = {w * h} pixels, "
+                             f"more than max_source_pixels={max_pixels}")
         im.verify()
 
 def _probe_video(path: Path, max_pixels: int):
@@ -104,21 +123,25 @@ def _probe_video(path: Path, max_pixels: int):
     n = len(vr)
     if n == 0: raise InvalidRow(f"video {path} has no frames")
     h, w = vr[0].shape[:2]
-    if w * h > max_pixels: raise InvalidRow(f"video {path} is {w}x{h} = {w * h} pixels a frame, more than max_source_pixels={max_pixels}")
+    if w * h > max_pixels:
+        raise InvalidRow(f"video {path} is {w}x{h} = {w * h} pixels a frame, "
+                         f"more than max_source_pixels={max_pixels}")
     vr[n - 1]  # the last frame decodes: the file is not truncated
 
 def probe_media(path, kind: str,  # "video" or "image"
                 max_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,  # pixels of one source frame, at most
                 timeout: float | None = 60.0,  # seconds for the probe
                 ) -> None:
-    "Raise `InvalidRow` unless the file exists, opens, has frames (first and last decode) and is within the pixel budget."
+    "Raise `InvalidRow` unless the file exists, opens, decodes first and last frames, and fits max_pixels."
     path = Path(path)
     if not path.exists(): raise InvalidRow(f"{kind} {path} does not exist")
     if path.stat().st_size == 0: raise InvalidRow(f"{kind} {path} is empty")
     probe = _probe_image if kind == "image" else _probe_video
     try: run_with_deadline(lambda: probe(path, max_pixels), timeout, path)
     except InvalidRow: raise
-    except Exception as e: raise InvalidRow(f"{kind} {path} does not decode: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from None
+    except Exception as e:
+        raise InvalidRow(f"{kind} {path} does not decode: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
 
 
 # %% ../nbs/05a_validate.ipynb #1d20ad03
@@ -130,7 +153,9 @@ class Validation:
     source: str = ""  # the data file, or "<samples>"
 
     @property
-    def counts(self) -> dict: return {"rows": len(self.samples) + len(self.problems), "valid": len(self.samples), "invalid": len(self.problems)}
+    def counts(self) -> dict:
+        return {"rows": len(self.samples) + len(self.problems), "valid": len(self.samples),
+                "invalid": len(self.problems)}
 
     def summary(self) -> str:
         c = self.counts
@@ -138,7 +163,8 @@ class Validation:
 
     def write(self, folder, name: str = "validation") -> tuple[Path, Path]:
         "Write `<name>.jsonl` (one problem a line) and `<name>.md` (the counts and a table) into `folder`."
-        folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
         js, md = folder / f"{name}.jsonl", folder / f"{name}.md"
         js.write_text("".join(json.dumps(asdict(p)) + "\n" for p in self.problems))
         md.write_text(f"# Validation of {self.source}\n\n{self.summary()}\n\n" + self._table() + "\n")
@@ -149,22 +175,24 @@ class Validation:
         more = [f"| ... | {len(self.problems) - n} more |"] if len(self.problems) > n else []
         return "\n".join(["| row | reason |", "|---|---|", *rows, *more])
 
-    def _repr_markdown_(self): return f"**Validation** {self.summary()}\n\n" + (self._table(10) if self.problems else "")
+    def _repr_markdown_(self):
+        return f"**Validation** {self.summary()}\n\n" + (self._table(10) if self.problems else "")
 
 
 # %% ../nbs/05a_validate.ipynb #d83d4233
-def validate_rows(source,  # a data file (JSON array or JSONL, training or benchmark format), or a list of `Sample`s
-                  media_root=None,  # relative media paths are resolved against this (default: the file's folder)
-                  *,
-                  strict: bool = False,  # raise `ValidationError` on the first invalid row instead of skipping it
-                  probe: bool = True,  # open every media file (first and last frame, pixel budget)
-                  max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,
-                  max_prompt_tokens: int | None = None,  # needs `tokenizer`
-                  tokenizer=None,
-                  max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,
-                  timeout: float | None = 60.0,  # seconds per media probe
-                  ) -> Validation:
-    "Parse, type-check and check every row (and probe its media) before any work: the valid `Sample`s and the problems of the rest."
+def validate_rows(
+    source,  # a data file (JSON array or JSONL, training or benchmark format), or a list of `Sample`s
+    media_root=None,  # relative media paths are resolved against this (default: the file's folder)
+    *,
+    strict: bool = False,  # raise `ValidationError` on the first invalid row instead of skipping it
+    probe: bool = True,  # open every media file (first and last frame, pixel budget)
+    max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,
+    max_prompt_tokens: int | None = None,  # needs `tokenizer`
+    tokenizer=None,
+    max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,
+    timeout: float | None = 60.0,  # seconds per media probe
+) -> Validation:
+    "Parse and check every row (and its media) up front: the valid `Sample`s and the problems of the rest."
     problems, samples, probed = [], [], {}
     def fail(where, reason, sid=""):
         p = Problem(where, reason, sid)
@@ -175,27 +203,38 @@ def validate_rows(source,  # a data file (JSON array or JSONL, training or bench
         for kind, paths in (("video", s.videos), ("image", s.images)) if probe else ():
             for p in paths:
                 if p not in probed:  # one probe per file, however many rows use it
-                    try: probe_media(p, kind, max_source_pixels, timeout); probed[p] = None
+                    try:
+                        probe_media(p, kind, max_source_pixels, timeout)
+                        probed[p] = None
                     except InvalidRow as e: probed[p] = str(e)
                 if probed[p]: raise InvalidRow(probed[p])
         samples.append(s)
     if isinstance(source, (str, Path)):
         path = Path(source)
-        root, label, skipped = Path(media_root) if media_root is not None else path.parent, str(path), []
-        try: rows = list(iter_rows(path, None if strict else skipped))  # invalid JSON lines (JSONL) are collected
+        root, label, skipped = (Path(media_root) if media_root is not None else path.parent,
+                                str(path), [])
+        # invalid JSON lines (JSONL) are collected
+        try: rows = list(iter_rows(path, None if strict else skipped))
         except DataError as e:  # a broken JSON array (or strict): nothing after it can be read
             if strict: raise ValidationError(str(e)) from None
             raise
-        for s in skipped: w, r = s.split(": ", 1); fail(w, r)
+        for s in skipped:
+            w, r = s.split(": ", 1)
+            fail(w, r)
         for line, row in rows:
             where, s = f"{path.name}:{line}", None
-            try: check_row(row, where); s = _parse_row(row, where, root); check(s)
+            try:
+                check_row(row, where)
+                s = _parse_row(row, where, root)
+                check(s)
             except ValueError as e: fail(where, str(e).removeprefix(f"{where}: "), s.id if s else "")
     else:
         label = "<samples>"
         for s in source:
             try: check(s)
             except InvalidRow as e: fail(s.where, str(e), s.id)
-    problems.sort(key=lambda p: (p.where.rsplit(':', 1)[0], int(p.where.rsplit(':', 1)[1]) if p.where.rsplit(':', 1)[-1].isdigit() else 0))
+    problems.sort(key=lambda p: (p.where.rsplit(':', 1)[0],
+                                 int(p.where.rsplit(':', 1)[1]) if p.where.rsplit(':', 1)[-1].isdigit()
+                                 else 0))
     return Validation(samples, problems, label)
 

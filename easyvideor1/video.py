@@ -37,7 +37,8 @@ def ceil_by_factor(x, factor:int) -> int: return math.ceil(x / factor) * factor
 def floor_by_factor(x, factor:int) -> int: return math.floor(x / factor) * factor
 
 # %% ../nbs/02_video.ipynb #856c7e1b
-def smart_resize(height:int, width:int, factor:int, min_pixels:int|None=None, max_pixels:int|None=None) -> tuple[int,int]:
+def smart_resize(height:int, width:int, factor:int, min_pixels:int|None=None,
+                 max_pixels:int|None=None) -> tuple[int,int]:
     "Height and width snapped to multiples of `factor`, inside [min_pixels, max_pixels], aspect ratio kept."
     max_pixels = max_pixels if max_pixels is not None else IMAGE_MAX_TOKENS * factor**2
     min_pixels = min_pixels if min_pixels is not None else IMAGE_MIN_TOKENS * factor**2
@@ -67,7 +68,8 @@ def smart_nframes(total_frames:int,          # frames in the clip (or window)
     else:
         fps = FPS if fps is None else fps
         lo = ceil_by_factor(FPS_MIN_FRAMES if min_frames is None else min_frames, FRAME_FACTOR)
-        hi = floor_by_factor(min(FPS_MAX_FRAMES, total_frames) if max_frames is None else max_frames, FRAME_FACTOR)
+        hi = floor_by_factor(min(FPS_MAX_FRAMES, total_frames) if max_frames is None else max_frames,
+                             FRAME_FACTOR)
         n = total_frames / video_fps * fps
         n = floor_by_factor(min(min(max(n, lo), hi), total_frames), FRAME_FACTOR)
     if not FRAME_FACTOR <= n <= total_frames:
@@ -75,15 +77,19 @@ def smart_nframes(total_frames:int,          # frames in the clip (or window)
     return n
 
 # %% ../nbs/02_video.ipynb #ff746e5a
-def frame_range(total_frames:int, video_fps:float, start:float|None=None, end:float|None=None) -> tuple[int,int,int]:
+def frame_range(total_frames:int, video_fps:float, start:float|None=None,
+                end:float|None=None) -> tuple[int,int,int]:
     "First and last frame index of the [start, end] window in seconds, and the frame count."
     if video_fps <= 0: raise ValueError(f"video_fps must be positive, got {video_fps}")
     if total_frames <= 0: raise ValueError(f"total_frames must be positive, got {total_frames}")
     if start is None and end is None: return 0, total_frames - 1, total_frames
     max_duration = total_frames / video_fps
     s = math.ceil(max(0.0, min(start, max_duration)) * video_fps) if start is not None else 0
-    e = min(math.floor(max(0.0, min(end, max_duration)) * video_fps), total_frames - 1) if end is not None else total_frames - 1
-    if s >= e: raise ValueError(f"empty window [{start}, {end}] s: frames {s}..{e} of {total_frames} at {video_fps} fps")
+    e = (min(math.floor(max(0.0, min(end, max_duration)) * video_fps), total_frames - 1) if end is not None
+         else total_frames - 1)
+    if s >= e:
+        raise ValueError(f"empty window [{start}, {end}] s: "
+                         f"frames {s}..{e} of {total_frames} at {video_fps} fps")
     return s, e, e - s + 1
 
 def sample_indices(start_frame:int, end_frame:int, n:int) -> list[int]:
@@ -96,7 +102,8 @@ def video_max_pixels(nframes:int, factor:int, min_pixels:int|None=None, max_pixe
     "Per-frame pixel cap of a video of `nframes` frames, as qwen-vl-utils' fetch_video computes it."
     min_pixels = VIDEO_MIN_TOKENS * factor**2 if min_pixels is None else min_pixels
     total_pixels = MODEL_SEQ_LEN * factor**2 * 0.9 if total_pixels is None else total_pixels
-    cap = max(min(VIDEO_MAX_TOKENS * factor**2, total_pixels / nframes * FRAME_FACTOR), int(min_pixels * 1.05))
+    cap = max(min(VIDEO_MAX_TOKENS * factor**2, total_pixels / nframes * FRAME_FACTOR),
+              int(min_pixels * 1.05))
     return cap if max_pixels is None else min(max_pixels, cap)
 
 # %% ../nbs/02_video.ipynb #ebf64676
@@ -116,7 +123,8 @@ class _ContractMixin:
     @property
     def hash(self) -> str:
         "Stable hex digest of the contract (sha256 of its canonical JSON)."
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True,
+                                         separators=(",", ":")).encode()).hexdigest()
     def _repr_markdown_(self):
         items = [f"`{k}`={v}" for k, v in asdict(self).items() if v is not None]
         return f"**{type(self).__name__}** `{self.hash[:12]}`: " + ", ".join(items)
@@ -149,8 +157,10 @@ class VideoContract(_ContractMixin):
     @classmethod
     def for_family(cls, family:str, **overrides) -> VideoContract:
         "The paper's video settings (2 fps, <= 128 frames, 262,144 px per frame) for a model family."
-        if family not in FAMILY_FACTOR: raise ValueError(f"unknown family {family!r}; known: {list(FAMILY_FACTOR)}")
-        return cls(**{**dict(fps=2.0, max_frames=128, max_pixels=262144, factor=FAMILY_FACTOR[family]), **overrides})
+        if family not in FAMILY_FACTOR:
+            raise ValueError(f"unknown family {family!r}; known: {list(FAMILY_FACTOR)}")
+        return cls(**{**dict(fps=2.0, max_frames=128, max_pixels=262144, factor=FAMILY_FACTOR[family]),
+                      **overrides})
 
 # %% ../nbs/02_video.ipynb #494f02da
 @dataclass(frozen=True)
@@ -171,7 +181,8 @@ class ImageContract(_ContractMixin):
     @classmethod
     def for_family(cls, family:str, **overrides) -> ImageContract:
         "The paper's image settings (1,048,576 px) for a model family."
-        if family not in FAMILY_FACTOR: raise ValueError(f"unknown family {family!r}; known: {list(FAMILY_FACTOR)}")
+        if family not in FAMILY_FACTOR:
+            raise ValueError(f"unknown family {family!r}; known: {list(FAMILY_FACTOR)}")
         return cls(**{**dict(max_pixels=1048576, factor=FAMILY_FACTOR[family]), **overrides})
 
 # %% ../nbs/02_video.ipynb #0fd418d4
@@ -198,16 +209,19 @@ class VideoMetadata:
     backend: str              # decoder that produced the frames
 
     @property
-    def sample_fps(self) -> float: return len(self.frames_indices) / max(self.total_num_frames, 1e-6) * self.fps
+    def sample_fps(self) -> float:
+        return len(self.frames_indices) / max(self.total_num_frames, 1e-6) * self.fps
     def to_hf(self) -> dict:
         "The `video_metadata` dict transformers' video processors take."
-        return dict(total_num_frames=self.total_num_frames, fps=self.fps, width=self.width, height=self.height,
-                    duration=self.duration, video_backend=self.backend, frames_indices=list(self.frames_indices))
+        return dict(total_num_frames=self.total_num_frames, fps=self.fps, width=self.width,
+                    height=self.height, duration=self.duration, video_backend=self.backend,
+                    frames_indices=list(self.frames_indices))
     def _repr_markdown_(self):
         idx = self.frames_indices
         short = idx if len(idx) <= 8 else idx[:4] + ["..."] + idx[-2:]
-        return (f"**VideoMetadata** {self.width}x{self.height} {self.fps:g} fps, {self.total_num_frames} frames "
-                f"({self.duration:.2f} s), {self.backend}; sampled {len(idx)}: {short}")
+        return (f"**VideoMetadata** {self.width}x{self.height} {self.fps:g} fps, "
+                f"{self.total_num_frames} frames ({self.duration:.2f} s), {self.backend}; "
+                f"sampled {len(idx)}: {short}")
 
 # %% ../nbs/02_video.ipynb #dc95d4d5
 def _check_file(path:Path):
@@ -248,7 +262,8 @@ def _decode_pyav(path:Path, pick) -> tuple[np.ndarray, float, int, int, int, lis
                 if i >= idx[-1]: break
     except av.error.FFmpegError as e:
         raise VideoDecodeError(path, f"pyav: {e}") from e
-    if len(out) < len(want): raise VideoDecodeError(path, f"truncated: {total} frames announced, only {i + 1} decoded")
+    if len(out) < len(want):
+        raise VideoDecodeError(path, f"truncated: {total} frames announced, only {i + 1} decoded")
     frames = np.stack([out[j] for j in idx])
     return frames, fps, total, frames.shape[2], frames.shape[1], idx
 
@@ -256,14 +271,15 @@ def _decode_pyav(path:Path, pick) -> tuple[np.ndarray, float, int, int, int, lis
 DECODE_TIMEOUT = 300.0  # seconds; generous, a 2-hour 4K video decodes well within it
 
 def run_with_deadline(fn, timeout:float|None, path):
-    "Run `fn()` in a daemon thread; raise `VideoDecodeTimeout` naming `path` if it takes longer than `timeout` s."
+    "Run `fn()` in a daemon thread; raise `VideoDecodeTimeout` naming `path` if it exceeds `timeout` s."
     if timeout is None: return fn()
     box = {}
     def target():
         try: box["out"] = fn()
         except BaseException as e: box["err"] = e  # re-raised in the caller's thread below
     t = threading.Thread(target=target, daemon=True, name=f"decode:{Path(str(path)).name}")
-    t.start(); t.join(timeout)
+    t.start()
+    t.join(timeout)
     if t.is_alive(): raise VideoDecodeTimeout(path, f"decode did not finish within {timeout} s")
     if "err" in box: raise box["err"]
     return box["out"]
@@ -272,7 +288,8 @@ def run_with_deadline(fn, timeout:float|None, path):
 def resize_frames(frames:torch.Tensor, height:int, width:int) -> torch.Tensor:
     "Bicubic antialiased resize of uint8 frames (T, C, H, W), step for step as torchvision's resize does it."
     if tuple(frames.shape[-2:]) == (height, width): return frames  # torchvision returns the input unchanged
-    out = F.interpolate(frames.float(), size=(height, width), mode="bicubic", align_corners=False, antialias=True)
+    out = F.interpolate(frames.float(), size=(height, width), mode="bicubic", align_corners=False,
+                        antialias=True)
     return out.clamp_(0, 255).round_().to(torch.uint8)
 
 def _decode(path:Path, contract:VideoContract, start, end, timeout):
@@ -300,7 +317,8 @@ def load_video(path:str|Path,            # video file
     try: frames, meta = _decode(path, contract, start, end, timeout)
     except ValueError as e: raise VideoDecodeError(path, str(e)) from e  # sampling impossible for this clip
     frames = torch.from_numpy(frames).permute(0, 3, 1, 2)  # (T, C, H, W)
-    cap = video_max_pixels(len(frames), contract.factor, contract.min_pixels, contract.max_pixels, contract.total_pixels)
+    cap = video_max_pixels(len(frames), contract.factor, contract.min_pixels, contract.max_pixels,
+                           contract.total_pixels)
     min_px = VIDEO_MIN_TOKENS * contract.factor**2 if contract.min_pixels is None else contract.min_pixels
     h, w = smart_resize(meta.height, meta.width, contract.factor, min_pixels=min_px, max_pixels=cap)
     return resize_frames(frames, h, w).contiguous(), meta  # (T, C, h, w)
@@ -319,7 +337,8 @@ def load_image(path:str|Path, contract:ImageContract) -> torch.Tensor:
     if not path.exists(): raise ImageDecodeError(path, "file not found")
     try:
         with Image.open(path) as im: img = _to_rgb(im)
-    except (OSError, SyntaxError, ValueError) as e: raise ImageDecodeError(path, f"PIL: {e}") from e  # PIL's error types
+    except (OSError, SyntaxError, ValueError) as e:  # PIL's error types
+        raise ImageDecodeError(path, f"PIL: {e}") from e
     h, w = smart_resize(img.height, img.width, contract.factor, contract.min_pixels, contract.max_pixels)
     img = img.resize((w, h), resample=Image.Resampling.BICUBIC)
     return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()  # (C, H, W)

@@ -22,28 +22,33 @@ __all__ = ['answer_span_mask', 'answer_end', 'sft_micro_batches', 'batch_logp_fn
 
 # %% ../nbs/09c_warmstart.ipynb #14241488
 def answer_span_mask(traj: Trajectory, tokenizer) -> list[int]:
-    "1 on the trajectory's tokens that overlap the content of its last `<answer>...</answer>` (what the reward reads)."
-    text, span = traj.text, answer_span(traj.text)  # the span the reward router reads (`04_rewards`)
-    if span is None: raise ValueError(f"answer-only warm start: the offline trajectory has no <answer>...</answer>: {text[-200:]!r}")
+    "1 on tokens overlapping the trajectory's last `<answer>...</answer>` content (what the reward reads)."
+    # the span the reward router reads (`04_rewards`)
+    text, span = traj.text, answer_span(traj.text)
+    if span is None:
+        raise ValueError(f"answer-only warm start: the offline trajectory has no <answer>...</answer>: "
+                         f"{text[-200:]!r}")
     a, b = span
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     n = len(enc["input_ids"])
     if list(traj.ids[:n]) != list(enc["input_ids"]):
-        raise ValueError(f"answer-only warm start: the trajectory's ids do not encode its text {text[:200]!r}")
+        raise ValueError(f"answer-only warm start: the trajectory's ids do not encode its text "
+                         f"{text[:200]!r}")
     return [int(s < b and e > a) for s, e in enc["offset_mapping"]] + [0] * (len(traj.ids) - n)
 
 # %% ../nbs/09c_warmstart.ipynb #ba764c00
 def answer_end(traj: Trajectory, tokenizer, mask: list[int] | None = None) -> int:
-    "Tokens of the trajectory up to the end of its answer: the tokens after it neither train nor condition the answer (causal)."
+    "Trajectory tokens up to its answer's end; later ones neither train nor condition the answer (causal)."
     m = answer_span_mask(traj, tokenizer) if mask is None else mask
     return max(i for i, v in enumerate(m) if v) + 1
 
 # %% ../nbs/09c_warmstart.ipynb #dcdde431
 def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_only: bool = False,
-                      cut: list[bool] | None = None,  # per trajectory: cut after its answer (the whole prefix still trains)
+                      cut: list[bool] | None = None,  # per trajectory: cut after its answer (prefix trains)
                       ) -> list[MicroBatch]:
-    """Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1; answer-only: each
-    trajectory cut after its answer (the same loss and gradient, fewer positions through the 151,936-way output layer)."""
+    """Warm-start micro-batches: prompt + offline trajectory sequences, left padded, advantage 1; answer-only:
+    each trajectory cut after its answer (the same loss and gradient, fewer positions through the 151,936-way
+    output layer)."""
     out, tok = [], processor.tokenizer
     cut = [answer_only or c for c in (cut or [False] * len(trajs))]
     for s in range(0, len(prompts), micro_batch_size):
@@ -53,10 +58,12 @@ def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_o
         seqs = [with_completion(p, i, processor) for p, i in zip(prompts[s:s + micro_batch_size], ids)]
         b = collate(seqs, processor.tokenizer.pad_token_id, pad_side="left").to(seqs[0].input_ids.device)
         T = int(b.completion_mask.sum(1).max())
-        mask = b.completion_mask[:, -T:].float()  # (B, T): left padding puts every completion at the right end
+        # (B, T): left padding puts every completion at the right end
+        mask = b.completion_mask[:, -T:].float()
         if answer_only:
             span = torch.zeros_like(mask)
-            for i, (row, m) in enumerate(zip(ids, spans)): span[i, T - len(row):] = torch.tensor(m[:len(row)], dtype=mask.dtype)
+            for i, (row, m) in enumerate(zip(ids, spans)):
+                span[i, T - len(row):] = torch.tensor(m[:len(row)], dtype=mask.dtype)
             mask = mask * span
         out.append(MicroBatch(b, mask, torch.ones(len(seqs), device=b.input_ids.device)))
     return out
@@ -77,7 +84,7 @@ def option_letters(options: list[str]) -> list[str]:
 
 # %% ../nbs/09c_warmstart.ipynb #24b8966e
 def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[int, int]]:
-    "(position, token id) where the trajectory would first differ with each other multiple-choice letter as its answer."
+    "(position, token id) where the trajectory first differs with each other option letter as its answer."
     span = answer_span(traj.text)
     letters = option_letters(options)
     if span is None or traj.text[span[0]:span[1]].strip() not in letters: return []
@@ -86,18 +93,21 @@ def option_swaps(traj: Trajectory, options: list[str], tokenizer) -> list[tuple[
     out = []
     for l in letters:
         if l == traj.text[a:b].strip(): continue
-        ids = tokenizer(traj.text[:a] + l + traj.text[b:], add_special_tokens=False)["input_ids"] + list(traj.ids[n:])
-        j = next((k for k, (x, y) in enumerate(zip(ids, traj.ids)) if x != y), None)  # the shared prefix ends here
+        ids = (tokenizer(traj.text[:a] + l + traj.text[b:], add_special_tokens=False)["input_ids"] +
+               list(traj.ids[n:]))
+        # the shared prefix ends here
+        j = next((k for k, (x, y) in enumerate(zip(ids, traj.ids)) if x != y), None)
         if j is not None: out.append((j, ids[j]))
     return out
 
 # %% ../nbs/09c_warmstart.ipynb #75f363c5
 def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
-                   lengths: list[int] | None = None,  # tokens of each trajectory in the batch (None: all of them)
-                   uniform: list[bool] | None = None,  # rows whose letter target is uniform over the options: weight 1 per other letter
+                   lengths: list[int] | None = None,  # tokens of each trajectory in the batch (None: all)
+                   uniform: list[bool] | None = None,  # uniform letter target rows: weight 1 per other letter
                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T) eps / (1 - eps) / (options - 1)
-    there; and the (B, T) positions of the uniform rows' letters (a prior: `smoothed_logp` trains only the output layer there)."""
+    """Per other option k: ids (B, T) holding its letter at the divergence point, weights (B, T)
+    eps / (1 - eps) / (options - 1) there; and the (B, T) positions of the uniform rows' letters (a prior:
+    `smoothed_logp` trains only the output layer there)."""
     swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
     K = max((len(s) for s in swaps), default=0)
     ids = [torch.zeros(len(trajs), T, dtype=torch.long) for _ in range(K)]
@@ -106,24 +116,27 @@ def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
     for i, (t, sw) in enumerate(zip(trajs, swaps)):
         uni = bool(uniform and uniform[i])
         for k, (j, tok) in enumerate(sw):
-            pos = T - (len(t.ids) if lengths is None else lengths[i]) + j  # completions sit at the right end (left padding)
+            # completions sit at the right end (left padding)
+            pos = T - (len(t.ids) if lengths is None else lengths[i]) + j
             ids[k][i, pos], w[k][i, pos] = tok, 1.0 if uni else smoothing / (1 - smoothing) / len(sw)
             prior[i, pos] = uni
     return ids, w, prior
 
 # %% ../nbs/09c_warmstart.ipynb #42069d4a
 def format_only(samples, sources: str) -> list:
-    """Multiple-choice samples of `sources` (data sources, comma-separated) that have no offline trajectory, as warm-start
-    samples that teach only the answer format: trajectory `<answer>` + their first letter + `</answer>`, trained with a
-    uniform target over their letters (`uniform=` of `sft_update`) through the output layer alone, so they say nothing
-    about which answer is right and leave the layers that read the clip as they were."""
+    """Multiple-choice samples of `sources` (data sources, comma-separated) that have no offline trajectory,
+    as warm-start samples that teach only the answer format: trajectory `<answer>` + their first letter +
+    `</answer>`, trained with a uniform target over their letters (`uniform=` of `sft_update`) through the
+    output layer alone, so they say nothing about which answer is right and leave the layers that read the
+    clip as they were."""
     names = {x.strip() for x in sources.split(",") if x.strip()}
-    return [dataclasses.replace(s, offline_output=f"<answer>{option_letters(s.options)[0]}</answer>") for s in samples
+    return [dataclasses.replace(s, offline_output=f"<answer>{option_letters(s.options)[0]}</answer>")
+            for s in samples
             if s.data_source in names and not s.has_offline and len(option_letters(s.options)) > 1]
 
 # %% ../nbs/09c_warmstart.ipynb #978dcb76
 def logits_and_head_input(vlm, batch, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    "Logits of a batch's last T + 1 positions, (B, T+1, V), and the hidden states the output layer read there, (B, T+1, H)."
+    "Logits of the last T + 1 positions (B, T+1, V) and the hidden states the output layer read (B, T+1, H)."
     seen = []
     hook = vlm.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0]))
     try: logits = forward_vlm(vlm, batch, logits_to_keep=T + 1).logits
@@ -132,13 +145,17 @@ def logits_and_head_input(vlm, batch, T: int) -> tuple[torch.Tensor, torch.Tenso
 
 # %% ../nbs/09c_warmstart.ipynb #3e952b94
 def prior_logits(vlm, h: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-    """Logits (n, V) of detached hidden states h (n, H) whose gradient reaches only the output-layer rows of the `options`
-    token ids: a prior over the options moves neither the layers that read the input nor any other token's row."""
-    W = vlm.lm_head.weight  # (V, H); with tied embeddings also the input embeddings, hence only the options' rows
-    if getattr(vlm.lm_head, "bias", None) is not None: raise ValueError("prior_logits: an output layer with a bias")
+    """Logits (n, V) of detached hidden states h (n, H) whose gradient reaches only the output-layer rows of
+    the `options` token ids: a prior over the options moves neither the layers that read the input nor any
+    other token's row."""
+    # (V, H); with tied embeddings also the input embeddings, hence only the options' rows
+    W = vlm.lm_head.weight
+    if getattr(vlm.lm_head, "bias", None) is not None:
+        raise ValueError("prior_logits: an output layer with a bias")
     h = h.detach()
     logits = torch.nn.functional.linear(h, W.detach())  # (n, V) values, no gradient
-    logits[:, options] = torch.nn.functional.linear(h, W[options])  # (n, K) the options' rows, with gradient
+    # (n, K) the options' rows, with gradient
+    logits[:, options] = torch.nn.functional.linear(h, W[options])
     return logits
 
 # %% ../nbs/09c_warmstart.ipynb #3add4f6d
@@ -148,7 +165,8 @@ def _smoothed_logp(vlm, mb: MicroBatch, alt_ids, alt_w, prior, temperature: floa
     logits, h = (x[:, :-1] for x in logits_and_head_input(vlm, mb.inputs, T))  # (B, T, V), (B, T, H)
     prior = torch.zeros_like(ids, dtype=torch.bool) if prior is None else prior.to(ids.device)  # (B, T)
     r, c = prior.nonzero(as_tuple=True)
-    options = torch.cat([ids[r, c]] + [i.to(ids.device)[r, c] for i in alt_ids]).unique()  # the letters at the prior positions
+    # the letters at the prior positions
+    options = torch.cat([ids[r, c]] + [i.to(ids.device)[r, c] for i in alt_ids]).unique()
     head = prior_logits(vlm, h[r, c], options)[None] if len(r) else None  # (1, n, V)
     def logp(x):  # (B, T) log-probs of the token ids x
         lp = token_logprobs(logits, x, temperature)
@@ -157,73 +175,90 @@ def _smoothed_logp(vlm, mb: MicroBatch, alt_ids, alt_w, prior, temperature: floa
         at[r, c] = token_logprobs(head, x[r, c][None], temperature)[0]
         return torch.where(prior, at, lp)
     lp = logp(ids)
-    extra = sum((w.to(lp.device) * logp(i.to(lp.device)) for i, w in zip(alt_ids, alt_w)), torch.zeros_like(lp))
-    return lp, lp + extra  # at ratio 1 the surrogate's gradient is that of -(log p(y) + w log p(y')): cross-entropy with smoothing
+    extra = sum((w.to(lp.device) * logp(i.to(lp.device)) for i, w in zip(alt_ids, alt_w)),
+                torch.zeros_like(lp))
+    # at ratio 1 the surrogate's gradient is that of -(log p(y) + w log p(y')): cross-entropy with smoothing
+    return lp, lp + extra
 
 def smoothed_logp(model, mb: MicroBatch, alt_ids: list[torch.Tensor], alt_w: list[torch.Tensor],
-                  prior: torch.Tensor | None = None,  # (B, T) positions whose log-probs train the output layer only (`option_targets`)
+                  prior: torch.Tensor | None = None,  # (B, T) positions training only the output layer
                   temperature: float = 1.0):
-    "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters' positions), one forward."
-    return call_vlm(model, _smoothed_logp, mb, alt_ids, alt_w, prior, temperature)  # FSDP2: inside the root's forward
+    "(log-probs of the trajectory tokens, the same plus w * log p(other letter) at the letters), one forward."
+    # FSDP2: inside the root's forward
+    return call_vlm(model, _smoothed_logp, mb, alt_ids, alt_w, prior, temperature)
 
 # %% ../nbs/09c_warmstart.ipynb #a5664b78
-def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None, agg: str = "token_mean",
-               answer_only: bool = False, rank_max=None, samples=None, smoothing: float = 0.0,
-               uniform: list[bool] | None = None,  # per trajectory: its letter's target is uniform over the options (`format_only`)
-               prior_through: str = "network",  # what a uniform target trains: the whole network, or the letters' output rows ("rows")
+def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: int, count_mean=None,
+               agg: str = "token_mean", answer_only: bool = False, rank_max=None, samples=None,
+               smoothing: float = 0.0,
+               uniform: list[bool] | None = None,  # per trajectory: uniform letter target (`format_only`)
+               prior_through: str = "network",  # uniform target trains the network or letters' rows ("rows")
                **step_kw) -> dict:
-    "One warm-start step: `grpo_step` with advantage 1 at ratio 1, i.e. the cross-entropy gradient; also reports the NLL."
+    "One warm-start step: `grpo_step` at advantage 1 and ratio 1 (cross-entropy gradient); reports the NLL."
     logp_fn, nll = batch_logp_fn(model), []
-    if prior_through not in ("network", "rows"): raise ValueError(f"sft_update: prior_through={prior_through!r}, not network or rows")
+    if prior_through not in ("network", "rows"):
+        raise ValueError(f"sft_update: prior_through={prior_through!r}, not network or rows")
     uni = uniform or [False] * len(trajs)
-    rows = [u and prior_through == "rows" for u in uni]  # a prior on the rows alone ends its trajectory at its letter
+    # a prior on the rows alone ends its trajectory at its letter
+    rows = [u and prior_through == "rows" for u in uni]
     mbs = sft_micro_batches(prompts, trajs, processor, micro_batch_size, answer_only, cut=rows)
     soft = smoothing > 0 or any(uni)
-    lengths = [answer_end(t, processor.tokenizer) if answer_only or r else len(t.ids) for t, r in zip(trajs, rows)] if soft else []
+    lengths = [answer_end(t, processor.tokenizer) if answer_only or r else len(t.ids)
+               for t, r in zip(trajs, rows)] if soft else []
     def targets(i, mb):
-        ids, w, prior = option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size], processor.tokenizer,
-                                       mb.mask.shape[1], smoothing, lengths[i:i + micro_batch_size], uni[i:i + micro_batch_size])
-        return ids, w, prior if prior_through == "rows" else None  # "network": the uniform target's gradient flows everywhere
-    alts = {id(mb): targets(i, mb) for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)} if soft else {}
+        ids, w, prior = option_targets(trajs[i:i + micro_batch_size], samples[i:i + micro_batch_size],
+                                       processor.tokenizer, mb.mask.shape[1], smoothing,
+                                       lengths[i:i + micro_batch_size], uni[i:i + micro_batch_size])
+        # "network": the uniform target's gradient flows everywhere
+        return ids, w, prior if prior_through == "rows" else None
+    alts = ({id(mb): targets(i, mb) for i, mb in zip(range(0, len(trajs), micro_batch_size), mbs)}
+            if soft else {})
     n_total, n_real = global_n_total(mbs, agg, count_mean), len(mbs)  # the denominator before padding
-    if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))  # FSDP2: as many forwards as the busiest rank
+    # FSDP2: as many forwards as the busiest rank
+    if rank_max is not None: mbs = pad_micro_batches(mbs, rank_max(len(mbs)))
     def recording(mb):
         if id(mb) in alts: lp, lp_alt = smoothed_logp(model, mb, *alts[id(mb)])  # (B, T) each
         else: lp = lp_alt = logp_fn(mb)
-        if len(nll) < n_real: nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())  # padding (mask 0) not counted
+        # padding (mask 0) not counted
+        if len(nll) < n_real: nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())
         return lp_alt
     stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=n_total, **step_kw)
     return dict(stats, nll=float(np.mean(nll)))
 
 # %% ../nbs/09c_warmstart.ipynb #e0f81ec4
 def letter_probe(model, processor, samples, prompts, micro_batch_size: int = 16) -> list[dict]:
-    """Per multiple-choice sample: p(each option letter) where the policy writes `<answer>` and a letter (renormalised
-    over the letters) and the hidden state the output layer reads there, (H,); teacher-forced, one forward per batch."""
+    """Per multiple-choice sample: p(each option letter) where the policy writes `<answer>` and a letter
+    (renormalised over the letters) and the hidden state the output layer reads there, (H,); teacher-forced,
+    one forward per batch."""
     tok, rows = processor.tokenizer, []
     mc = [(s, p) for s, p in zip(samples, prompts) if len(option_letters(s.options)) > 1]
     was_training = model.training
     model.eval()
     for k in range(0, len(mc), micro_batch_size):
         chunk = mc[k:k + micro_batch_size]
-        trajs = [offline_trajectory(f"<answer>{option_letters(s.options)[0]}</answer>", tok, 16) for s, _ in chunk]
+        trajs = [offline_trajectory(f"<answer>{option_letters(s.options)[0]}</answer>", tok, 16)
+                 for s, _ in chunk]
         mb = sft_micro_batches([p for _, p in chunk], trajs, processor, len(chunk), answer_only=True)[0]
         T = mb.mask.shape[1]
         with torch.no_grad():
-            logits, h = (x[:, :-1] for x in logits_and_head_input(model, mb.inputs, T))  # (B, T, V), (B, T, H)
+            # (B, T, V), (B, T, H)
+            logits, h = (x[:, :-1] for x in logits_and_head_input(model, mb.inputs, T))
         for i, ((s, _), t) in enumerate(zip(chunk, trajs)):
             swaps = option_swaps(t, s.options, tok)  # the other letters: (position, token id)
             j = swaps[0][0]  # the letter's position in the trajectory
             at = T - answer_end(t, tok) + j  # and in the left-padded batch
             p = logits[i, at].float().softmax(-1)[[t.ids[j]] + [x for _, x in swaps]]
-            rows.append(dict(id=s.id, source=s.data_source, answer=s.answer, letters=option_letters(s.options),
-                             p=(p / p.sum()).tolist(), h=h[i, at].float().cpu()))
+            rows.append(dict(id=s.id, source=s.data_source, answer=s.answer,
+                             letters=option_letters(s.options), p=(p / p.sum()).tolist(),
+                             h=h[i, at].float().cpu()))
     model.train(was_training)
     return rows
 
 # %% ../nbs/09c_warmstart.ipynb #e0c48bd8
 def _gap(h: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    """(distance between the means of h (n, H) where y (n,) is True and where it is False, the RMS distance of each h
-    from its class mean). The squared distance is less what noise alone adds (var/n per side): noise gives ~0 (signed)."""
+    """(distance between the means of h (n, H) where y (n,) is True and where it is False, the RMS distance of
+    each h from its class mean). The squared distance is less what noise alone adds (var/n per side): noise
+    gives ~0 (signed)."""
     a, b = h[y], h[~y]
     if min(len(a), len(b)) < 2: return float("nan"), float("nan")
     va, vb = a.var(0), b.var(0)  # (H,) within each class
@@ -232,16 +267,18 @@ def _gap(h: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     return float(np.sign(d2) * np.sqrt(abs(d2))), within
 
 def probe_summary(rows: list[dict]) -> dict[str, dict]:
-    """Per data source of `letter_probe` rows: clips, mean p(right letter), spread of p(first letter), and the gap
-    between the mean head inputs of clips with different answers (first letter or not) beside their spread within."""
+    """Per data source of `letter_probe` rows: clips, mean p(right letter), spread of p(first letter), and the
+    gap between the mean head inputs of clips with different answers (first letter or not) beside their spread
+    within."""
     out = {}
     for src in sorted({r["source"] for r in rows}):
         rs = [r for r in rows if r["source"] == src]
         p_first = torch.tensor([r["p"][0] for r in rs])
-        right = [r["p"][r["letters"].index(r["answer"])] if r["answer"] in r["letters"] else float("nan") for r in rs]
+        right = [r["p"][r["letters"].index(r["answer"])] if r["answer"] in r["letters"] else float("nan")
+                 for r in rs]
         y = torch.tensor([r["answer"] == r["letters"][0] for r in rs])
         gap, within = _gap(torch.stack([r["h"] for r in rs]), y)
-        out[src] = dict(n=len(rs), p_right=float(np.nanmean(right)), spread=float(p_first.std(unbiased=False)),
-                        gap=gap, within=within)
+        out[src] = dict(n=len(rs), p_right=float(np.nanmean(right)),
+                        spread=float(p_first.std(unbiased=False)), gap=gap, within=within)
     return out
 

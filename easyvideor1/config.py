@@ -20,36 +20,47 @@ from .video import ImageContract, VideoContract
 
 # %% auto #0
 __all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'lr_lambda',
-           'contracts', 'prepare_data', 'valid_samples']
+           'contracts', 'prepare_data', 'valid_samples', 'parse_args']
 
 # %% ../nbs/09e_config.ipynb #815ccc2f
+def _task_options():  # the default of `synthetic_task_options`
+    return {"color": {"colors": ["red", "green"], "square": 40}, "direction": {"square": 32}}
+
 @dataclass
 class TrainConfig:
     "Everything a training run needs; YAML file + `key=value` overrides."
     # --- data
     data: str = ""  # training JSON/JSONL in the original sample format; "" generates the synthetic suite
     eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
-    val_data: str = ""  # validation JSON/JSONL that picks the best checkpoint ("" = the synthetic suite's val split; none with `data`)
+    val_data: str = ""  # validation JSON/JSONL that picks the best checkpoint ("" = the synthetic suite's val
+    #   split; none with `data`)
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
-    strict_data: bool = False  # refuse the run at the first invalid data row (False: skip invalid rows, listed in validation-*.md)
+    strict_data: bool = False  # refuse the run at the first invalid data row (False: skip invalid rows,
+    #   listed in validation-*.md)
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS  # a longer question (with options) is an invalid row
     synthetic_tasks: str = "direction,color"  # synthetic tasks to generate when data is "" (comma-separated)
-    synthetic_offline_tasks: str = "direction"  # synthetic tasks whose training clips carry offline trajectories ("" = all)
-    synthetic_task_options: dict = field(default_factory=lambda: {"color": {"colors": ["red", "green"], "square": 40}, "direction": {"square": 32}})  # generator keywords per task (a 32 px square: the warm start learns direction in ~60 steps on every seed measured, a 16 px one took 150 to over 220)
+    synthetic_offline_tasks: str = "direction"  # tasks whose training clips carry offline trajectories ("" =
+    #   all)
+    synthetic_task_options: dict = field(default_factory=_task_options)  # generator keywords per task; with a
+    #   32 px square the warm start learns direction in ~60 steps on every seed measured, with a 16 px one in
+    #   150 to over 220
     synthetic_n: int = 1000  # synthetic training samples per task
     synthetic_test_n: int = 64  # synthetic held-out samples per task
     synthetic_val_n: int = 32  # synthetic validation samples per task (0: no validation split)
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
-    synthetic_think: bool = False  # synthetic offline trajectories reason in <think> first (False: <answer> only)
+    synthetic_think: bool = False  # offline trajectories reason in <think> first (False: <answer> only)
     # --- model
     model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
     dtype: str = "float32"  # float32 or bfloat16
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
     lora_rank: int = 0  # LoRA rank of the adapters PEFT trains (0: full fine-tuning, every weight trained)
     lora_alpha: float = 32.0  # LoRA scale numerator: the update is (lora_alpha / lora_rank) B A
-    lora_dropout: float = 0.0  # dropout on the adapters' input (0: log-prob passes at one set of weights agree exactly)
-    lora_target: str = LORA_TARGET  # regex over whole module names of the adapted layers (default: the language model's attention and MLP; the vision tower stays frozen)
-    parallel: str = "ddp"  # ddp (plain model, one flat gradient all-reduce) or fsdp2 (torch fully_shard per vision block / decoder layer + root; accelerate only launches)
+    lora_dropout: float = 0.0  # dropout on the adapters' input (0: log-prob passes at one set of weights
+    #   agree exactly)
+    lora_target: str = LORA_TARGET  # regex over whole module names of the adapted layers (default: the
+    #   language model's attention and MLP; the vision tower stays frozen)
+    parallel: str = "ddp"  # ddp (plain model, one flat gradient all-reduce) or fsdp2 (torch fully_shard per
+    #   vision block / decoder layer + root; accelerate only launches)
     # --- media budgets (separate for videos and images)
     video_fps: float = 2.0  # frames sampled per second of video
     video_max_frames: int = 8  # at most this many frames per video
@@ -60,11 +71,14 @@ class TrainConfig:
     image_max_pixels: int = 12544  # per image
     cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
     frame_cache: bool = True  # read frames through the cache (False: decode every time; for benchmarks)
-    vision_feature_cache: str = "auto"  # auto: a frozen vision tower (LoRA's default) runs once per medium, its outputs kept beside the frames (with frame_cache); off: in every pass
+    vision_feature_cache: str = "auto"  # auto: a frozen vision tower (LoRA's default) runs once per medium,
+    #   its outputs kept beside the frames (with frame_cache); off: in every pass
     # --- rollout
-    engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server" (vLLM's OpenAI server on loopback, started and stopped by the trainer)
+    engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server"
+    #   (vLLM's OpenAI server on loopback, started and stopped by the trainer)
     vllm_port: int = 8011  # engine=vllm_server: the port of rank 0's server (rank r listens on vllm_port + r)
-    vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache dropped) between rollout and update; GPU only
+    vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache
+    #   dropped) between rollout and update; GPU only
     prompts_per_step: int = 16  # prompts per optimizer step, over all ranks
     group_size: int = 4  # G: completions per prompt
     temperature: float = 1.0  # sampling temperature
@@ -80,16 +94,20 @@ class TrainConfig:
     beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
     kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
-    rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]); auto = tis with a vLLM engine, none with hf
+    rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights
+    #   min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]);
+    #   auto = tis with a vLLM engine, none with hf
     rollout_is_cap: float = 2.0  # C of rollout_is (> 1)
     micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
-    dynamic_sampling: bool = True  # DAPO: drop groups whose rewards all agree, draw more prompts until the batch is full
-    max_extra_draws: int = 1  # dynamic sampling: extra draws per step at most (zero-variance groups then fill the rest)
+    dynamic_sampling: bool = True  # DAPO: drop groups with equal rewards; draw more until the batch is full
+    max_extra_draws: int = 1  # dynamic sampling: most extra draws a step (then zero-variance groups fill the
+    #   rest)
     mask_truncated: bool = False  # DAPO: completions cut at max_new_tokens get no loss
-    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens before max_new_tokens (0: off)
+    overlong_buffer: int = 0  # DAPO's soft overlong penalty, last N tokens before max_new_tokens (0: off)
     overlong_penalty: float = 1.0  # that penalty at max_new_tokens, in reward units
-    strict_format: bool = True  # full format reward only for "(<think>..</think>) <answer>..</answer>" and nothing else
+    strict_format: bool = True  # full format reward only for exactly "(<think>..</think>)
+    #   <answer>..</answer>"
     # --- replay (offline trajectories)
     offline_mode: str = "replace"  # replace, add, or none
     offline_per_group: int = 1  # offline trajectories per eligible group
@@ -99,24 +117,37 @@ class TrainConfig:
     lr: float = 7e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
     sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
-    sft_answer_steps: int = 0  # the first warm-start steps train only the tokens of the <answer> content (0: whole trajectories from the first step, which keep the clip readable where the letter is written, 09c_warmstart)
-    sft_format_sources: str = "synthetic/color"  # warm start (after any answer-only steps): multiple-choice samples of these data sources (comma-separated) without offline trajectories join it to learn the answer format only, with a uniform target over their letters: the policy hands over answering them in format but undecided, so GRPO's groups disagree ("" = none)
-    sft_format_prior: str = "rows"  # what a format-only sample's uniform letter target trains: only the letters' output rows, its trajectory ending at the letter (the layers that read the clip stay free to learn colour), or the whole network ("network": it teaches them to ignore the clip, and GRPO then learned colour on some seeds only)
-    sft_option_smoothing: float = 0.1  # warm start: this share of the answer letter's target goes to the other options (the policy hands over still exploring; 0: plain cross-entropy)
+    sft_answer_steps: int = 0  # the first warm-start steps train only the tokens of the <answer> content (0:
+    #   whole trajectories from the first step, which keep the clip readable where the letter is written,
+    #   09c_warmstart)
+    sft_format_sources: str = "synthetic/color"  # warm start (after any answer-only steps): multiple-choice
+    #   samples of these data sources (comma-separated) without offline trajectories join it to learn the
+    #   answer format only, with a uniform target over their letters: the policy hands over answering them in
+    #   format but undecided, so GRPO's groups disagree ("" = none)
+    sft_format_prior: str = "rows"  # what a format-only sample's uniform letter target trains: only the
+    #   letters' output rows, its trajectory ending at the letter (the layers that read the clip stay free to
+    #   learn colour), or the whole network ("network": it teaches them to ignore the clip, and GRPO then
+    #   learned colour on some seeds only)
+    sft_option_smoothing: float = 0.1  # warm start: this share of the answer letter's target goes to the
+    #   other options (the policy hands over still exploring; 0: plain cross-entropy)
     sft_batch_size: int = 16  # samples per warm-start step
     betas: str = "0.9,0.95"  # AdamW betas
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear warm-up steps (each phase)
     lr_decay_steps: int = 10  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
-    reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the policy with no reward)
+    reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the
+    #   policy with no reward)
     max_grad_norm: float = 1.0  # gradient clipping
     max_steps: int = 20  # GRPO steps
-    max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule short)
+    max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule
+    #   short)
     seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
     output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
-    log_every: int = 1  # steps between TensorBoard points and progress-bar updates (metrics.jsonl gets every step)
-    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0: only those)
+    log_every: int = 1  # steps between TensorBoard points and progress-bar updates (metrics.jsonl gets every
+    #   step)
+    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0:
+    #   only those)
     eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
@@ -125,17 +156,27 @@ class TrainConfig:
 
 # %% ../nbs/09e_config.ipynb #f67bb5f1
 def config_help() -> dict[str, str]:
-    "Field name -> its comment in `TrainConfig`'s source (the CLI help)."
+    "Field name -> its comment in `TrainConfig`'s source (the CLI help); a comment goes on over `#   ` lines."
     try: src = inspect.getsource(TrainConfig)
     except (OSError, TypeError):  # defined in a notebook cell: read the exported module's copy
         from easyvideor1 import config as exported
         src = inspect.getsource(exported.TrainConfig)
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+): [^=\n]+=[^\n]*?  # (.*)$", src, re.M)}
+    helps, last = {}, None
+    for line in src.splitlines():
+        if m := re.match(r"^\s+(\w+): [^=]+=.*?  # (.*)$", line):
+            last = m.group(1)
+            helps[last] = m.group(2).strip()
+        elif last and (m := re.match(r"^\s+#   (.*)$", line)):
+            helps[last] += " " + m.group(1).strip()
+        else:
+            last = None
+    return helps
 
 # %% ../nbs/09e_config.ipynb #688c5bc0
 def _convert(name: str, value: Any, default: Any) -> Any:
     "Convert a YAML / command-line value to the type of the field's default."
-    if isinstance(default, dict):  # a YAML mapping, or its flow form on the command line: {color: {square: 40}}
+    # a YAML mapping, or its flow form on the command line: {color: {square: 40}}
+    if isinstance(default, dict):
         v = yaml.safe_load(value) if isinstance(value, str) else value
         if not isinstance(v, dict): raise ValueError(f"config: {name}={value!r} is not a mapping")
         return v
@@ -145,38 +186,54 @@ def _convert(name: str, value: Any, default: Any) -> Any:
         if str(value).lower() in ("0", "false", "no", "off"): return False
         raise ValueError(f"config: {name}={value!r} is not a boolean")
     try: return type(default)(value)
-    except (TypeError, ValueError) as e: raise ValueError(f"config: {name}={value!r} is not a {type(default).__name__}") from e
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"config: {name}={value!r} is not a {type(default).__name__}") from e
 
 # %% ../nbs/09e_config.ipynb #09f784b8
 def _choices(*names): return (lambda v: v in names, f"one of {', '.join(map(repr, names))}")
-def _at_least(lo, strict=False): return ((lambda v: v > lo), f"> {lo}") if strict else ((lambda v: v >= lo), f">= {lo}")
+def _at_least(lo, strict=False):
+    return ((lambda v: v > lo), f"> {lo}") if strict else ((lambda v: v >= lo), f">= {lo}")
 
 CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before anything runs
-    **{k: _at_least(1) for k in ("prompts_per_step", "group_size", "micro_batch_size", "sft_batch_size", "max_new_tokens",
-                                 "updates_per_batch", "synthetic_n", "synthetic_test_n", "video_max_frames", "max_prompt_chars",
-                                 "log_every")},
-    **{k: _at_least(0) for k in ("max_steps", "sft_steps", "sft_answer_steps", "warmup_steps", "lr_decay_steps", "eval_every",
-                                 "eval_n", "save_every", "keep_checkpoints", "max_extra_draws", "overlong_buffer", "synthetic_val_n",
-                                 "offline_per_group", "beta", "weight_decay", "max_minutes", "clip_low", "clip_high", "video_total_pixels")},
-    **{k: _at_least(0, strict=True) for k in ("temperature", "lr", "sft_lr", "max_grad_norm", "video_fps", "video_min_pixels",
-                                              "video_max_pixels", "image_min_pixels", "image_max_pixels", "lora_alpha")},
+    **{k: _at_least(1) for k in (
+        "prompts_per_step", "group_size", "micro_batch_size", "sft_batch_size", "max_new_tokens",
+        "updates_per_batch", "synthetic_n", "synthetic_test_n", "video_max_frames", "max_prompt_chars",
+        "log_every")},
+    **{k: _at_least(0) for k in (
+        "max_steps", "sft_steps", "sft_answer_steps", "warmup_steps", "lr_decay_steps", "eval_every",
+        "eval_n", "save_every", "keep_checkpoints", "max_extra_draws", "overlong_buffer", "synthetic_val_n",
+        "offline_per_group", "beta", "weight_decay", "max_minutes", "clip_low", "clip_high",
+        "video_total_pixels")},
+    **{k: _at_least(0, strict=True) for k in (
+        "temperature", "lr", "sft_lr", "max_grad_norm", "video_fps", "video_min_pixels", "video_max_pixels",
+        "image_min_pixels", "image_max_pixels", "lora_alpha")},
     "lora_rank": _at_least(0), "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"), "sft_format_prior": _choices("network", "rows"), "vision_feature_cache": _choices("auto", "off"),
+    "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "sft_format_prior": _choices("network", "rows"),
+    "vision_feature_cache": _choices("auto", "off"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
-    "engine": _choices("hf", "vllm", "vllm_server"), "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"), "rollout_is": _choices("auto", "none", "tis", "mis"),
-    "rollout_is_cap": _at_least(1, strict=True), "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
+    "engine": _choices("hf", "vllm", "vllm_server"),
+    "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"),
+    "rollout_is": _choices("auto", "none", "tis", "mis"), "rollout_is_cap": _at_least(1, strict=True),
+    "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
 }
 
 # %% ../nbs/09e_config.ipynb #7725a89b
 def check_config(cfg: TrainConfig) -> TrainConfig:
-    "Every value within its range (`CONFIG_RANGES`), and the few rules between keys; errors name the key and what is allowed."
+    "Every value in its range (`CONFIG_RANGES`), the rules between keys; errors name the key and the range."
     for k, (ok, allowed) in CONFIG_RANGES.items():
-        if not ok(getattr(cfg, k)): raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
+        if not ok(getattr(cfg, k)):
+            raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
     if cfg.offline_per_group >= cfg.group_size and cfg.offline_mode == "replace":
-        raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < group_size={cfg.group_size} with offline_mode='replace'")
-    if cfg.vllm_sleep and cfg.engine != "vllm": raise ValueError(f"config: vllm_sleep=true needs engine='vllm' (colocated; a server sleeps by its own flags), got engine={cfg.engine!r}")
-    if cfg.overlong_buffer > cfg.max_new_tokens: raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= max_new_tokens={cfg.max_new_tokens}")
+        raise ValueError(f"config: offline_per_group={cfg.offline_per_group} must be < "
+                         f"group_size={cfg.group_size} with offline_mode='replace'")
+    if cfg.vllm_sleep and cfg.engine != "vllm":
+        raise ValueError("config: vllm_sleep=true needs engine='vllm' (colocated; a server sleeps by its own "
+                         f"flags), got engine={cfg.engine!r}")
+    if cfg.overlong_buffer > cfg.max_new_tokens:
+        raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= "
+                         f"max_new_tokens={cfg.max_new_tokens}")
     return cfg
 
 # %% ../nbs/09e_config.ipynb #e1987325
@@ -201,13 +258,14 @@ def load_config(
     known = {f.name for f in fields(TrainConfig)}
     kw = {}
     for k, (v, where) in values.items():
-        if k not in known: raise ValueError(f"config: unknown key {k!r} in {where}; known keys: {', '.join(sorted(known))}")
+        if k not in known:
+            raise ValueError(f"config: unknown key {k!r} in {where}; known keys: {', '.join(sorted(known))}")
         kw[k] = _convert(k, v, getattr(defaults, k))
     return check_config(TrainConfig(**kw))
 
 # %% ../nbs/09e_config.ipynb #330a95aa
 def rollout_is_mode(cfg: TrainConfig) -> str:
-    "The rollout correction a run uses: `rollout_is`, with 'auto' = 'tis' for either vLLM engine and 'none' for the in-process HF engine."
+    "The run's rollout correction: `rollout_is`, 'auto' being 'tis' for either vLLM engine, 'none' for HF's."
     return ("none" if cfg.engine == "hf" else "tis") if cfg.rollout_is == "auto" else cfg.rollout_is
 
 # %% ../nbs/09e_config.ipynb #3a9d4678
@@ -264,3 +322,20 @@ def valid_samples(cfg: TrainConfig, path: Path, split: str, is_main: bool) -> li
     if not v.samples:
         raise ValueError(f"{path}: no valid row ({v.summary()}); see {out / f'validation-{split}.md'}")
     return v.samples
+
+# %% ../nbs/09e_config.ipynb #cli0cd01
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    "The run's config from `--config FILE`, `--resume` and `key=value` overrides."
+    import argparse
+    helps = config_help()
+    d = TrainConfig()
+    keys = "\n".join(f"  {f.name} ({getattr(d, f.name)!r}): {helps[f.name]}" for f in fields(TrainConfig))
+    epilog = "config keys (key=value):\n" + keys
+    p = argparse.ArgumentParser(prog="python -m easyvideor1.train",
+                                description="GRPO training of a Qwen VLM on video tasks.",
+                                epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML file of config keys (default: the embedded tiny-cpu recipe)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, applied after the file")
+    a = p.parse_intermixed_args(argv)
+    return load_config(a.config, a.overrides + (["resume=true"] if a.resume else []))

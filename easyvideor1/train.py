@@ -17,7 +17,7 @@ from .cache import FrameCache
 from .checkpoint import (
     keep_best, load_checkpoint, load_reference, save_checkpoint, start_grpo, write_param_digest)
 from .config import (
-    TrainConfig, config_help, contracts, load_config, lr_lambda, prepare_data, valid_samples)
+    TrainConfig, contracts, lr_lambda, parse_args, prepare_data, valid_samples)
 from .evaluate import evaluate_split
 from .grpo import check_loss_config
 from .lora import apply_lora, tower_frozen, use_vision_features
@@ -35,7 +35,7 @@ from .warmstart import format_only
 
 # %% auto #0
 __all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step',
-           'finish', 'train', 'parse_args', 'main']
+           'finish', 'train', 'main']
 
 # %% ../nbs/10_train.ipynb #ada45720
 @dataclass
@@ -352,22 +352,6 @@ def train(cfg: TrainConfig) -> dict:
     return finish(run, end)
 
 # %% ../nbs/10_train.ipynb #035a931b
-def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    "The run's config from `--config FILE`, `--resume` and `key=value` overrides."
-    import argparse
-    helps = config_help()
-    d = TrainConfig()
-    keys = "\n".join(f"  {f.name} ({getattr(d, f.name)!r}): {helps[f.name]}" for f in fields(TrainConfig))
-    epilog = "config keys (key=value):\n" + keys
-    p = argparse.ArgumentParser(prog="python -m easyvideor1.train",
-                                description="GRPO training of a Qwen VLM on video tasks.",
-                                epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML file of config keys (default: the embedded tiny-cpu recipe)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, applied after the file")
-    a = p.parse_intermixed_args(argv)
-    return load_config(a.config, a.overrides + (["resume=true"] if a.resume else []))
-
 def main(argv: list[str] | None = None):
     "Entry point of `python -m easyvideor1.train` and `accelerate launch -m easyvideor1.train`."
     try:

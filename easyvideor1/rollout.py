@@ -127,7 +127,7 @@ def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id, sampler
     greedy = sc.temperature == 0 or sampler
     return GenerationConfig(do_sample=not greedy, temperature=1.0 if greedy else sc.temperature,
                             top_p=1.0 if greedy else sc.top_p, top_k=None if greedy else 0,
-                            repetition_penalty=1.0, suppress_tokens=[], max_new_tokens=sc.max_new_tokens,
+                            repetition_penalty=1.0, suppress_tokens=None, max_new_tokens=sc.max_new_tokens,
                             eos_token_id=list(stop_ids), pad_token_id=pad_id,
                             bad_words_ids=None if sampler else [[i] for i in banned_ids],
                             output_logits=not sampler, return_dict_in_generate=True, use_cache=True)
@@ -300,8 +300,15 @@ class HFEngine:
     @staticmethod
     def _run(model, P: int, gc, sampler, **kw) -> tuple[Tensor, Tensor]:
         "`generate`, then new ids (n, L) and their log-probs (n, L): the sampler's, or from the raw logits."
-        out = model.generate(**kw, generation_config=gc,
-                             logits_processor=None if sampler is None else [sampler])
+        # nothing suppressed (the samplers ban, under the full softmax): unset, as the model's own
+        # `suppress_tokens` would fill it; `[]` still runs a processor that masks nothing (2.5 ms a decode step)
+        config, kept = model.generation_config, model.generation_config.suppress_tokens
+        config.suppress_tokens = None
+        try:
+            out = model.generate(**kw, generation_config=gc,
+                                 logits_processor=None if sampler is None else [sampler])
+        finally:
+            config.suppress_tokens = kept
         if sampler is None: return _sampled_logprobs(out, P, gc.temperature if gc.do_sample else 0)
         return out.sequences[:, P:], sampler.logprobs()
 

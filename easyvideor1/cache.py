@@ -53,9 +53,12 @@ class DigestMemo:
 CACHE_FORMAT = 1  # layout version of entries on disk
 
 class CacheContractError(RuntimeError): "A cache entry was made under a different contract than requested."
+
+# %% ../nbs/03_cache.ipynb #00a4a3d7
 class CacheEntryError(RuntimeError):
     "A cache entry is damaged (missing array, wrong shape); the message names it."
 
+# %% ../nbs/03_cache.ipynb #35522e47
 @dataclass
 class CacheStats:
     "Counters of one `FrameCache`."

@@ -282,6 +282,7 @@ def build_messages(sample: Sample) -> list[dict]:
         elif part: content.append({"type": "text", "text": part})
     return [{"role": "user", "content": content}]
 
+# %% ../nbs/05_data.ipynb #cf9af23f
 def prompt_text(processor, sample: Sample) -> str:
     "The prompt string through the processor's chat template, ending on the assistant turn's start."
     return processor.apply_chat_template(build_messages(sample), add_generation_prompt=True, tokenize=False)
@@ -320,6 +321,7 @@ def clip_window(row: dict, where: str = "",
         raise error(f"{where}: clip window ends ({found['end']}) at or before its start ({found['start']})")
     return found
 
+# %% ../nbs/05_data.ipynb #d84c7d68
 class _Direct:
     "Decode without a cache, with `FrameCache.get`'s signature."
     @staticmethod
@@ -393,6 +395,7 @@ class SampleInputs:
 class PlaceholderMismatch(ValueError):
     "Vision placeholder tokens disagree with grid sizes ('features and tokens do not match', caught early)."
 
+# %% ../nbs/05_data.ipynb #ddaaa6f2
 def check_placeholders(
     sample_id: str,                         # named in the error
     input_ids: torch.Tensor,                # (L,) or (B, L)
@@ -413,6 +416,7 @@ def check_placeholders(
             raise PlaceholderMismatch(f"sample {sample_id}: mm_token_type_ids disagree "
                                       f"with the {name} placeholder tokens")
 
+# %% ../nbs/05_data.ipynb #a3c87400
 def check_inputs(inputs: SampleInputs, processor):
     "`check_placeholders` for one `SampleInputs`, token ids and merge size taken from the processor."
     check_placeholders(inputs.sample_id, inputs.input_ids, inputs.image_grid_thw, inputs.video_grid_thw,
@@ -619,10 +623,12 @@ def batch_item(batch: Batch, i: int) -> SampleInputs:
                         second_per_grid_ts=spg, image_keys=_slice_keys(batch.image_keys, batch.n_images, i),
                         video_keys=_slice_keys(batch.video_keys, batch.n_videos, i))
 
+# %% ../nbs/05_data.ipynb #d987c71d
 def check_batch(batch: Batch, processor):
     "`check_inputs` for every sample of a batch (e.g. ids that came back from a rollout engine)."
     for i in range(len(batch)): check_inputs(batch_item(batch, i), processor)
 
+# %% ../nbs/05_data.ipynb #4dd27f32
 def split(batch: Batch, idx: Sequence[int]) -> Batch:
     "The sub-batch of samples `idx` (any order), re-collated from slices without re-running the processor."
     return collate([batch_item(batch, i) for i in idx], batch.pad_id, batch.pad_side)
@@ -650,10 +656,12 @@ class VLMCall(torch.nn.Module):
 
     def forward(self, fn, *args, **kwargs): return fn(self.model, *args, **kwargs)
 
+# %% ../nbs/05_data.ipynb #d26d3070
 def call_vlm(model, fn, *args, **kwargs):
     "`fn(vlm, *args, **kwargs)`: inside `model`'s forward when it is a `VLMCall`, else on the model itself."
     return model(fn, *args, **kwargs) if isinstance(model, VLMCall) else fn(model, *args, **kwargs)
 
+# %% ../nbs/05_data.ipynb #8d63ab87
 def unwrap_vlm(model):
     "The VLM inside a `VLMCall` (the model itself otherwise): for its config, device and generation settings."
     return model.model if isinstance(model, VLMCall) else model
@@ -704,6 +712,7 @@ class Cost:
     vision: int   # vision patches: (frames / temporal patch) x patches per frame, over its images and videos
     tokens: int   # sequence length
 
+# %% ../nbs/05_data.ipynb #25fa8fa8
 def sample_cost(x: SampleInputs) -> Cost:
     return Cost(x.n_vision_patches, len(x.input_ids))
 

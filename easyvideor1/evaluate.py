@@ -61,6 +61,7 @@ class EvalItem:
 class AnnotationError(ValueError):
     "An annotation record that cannot be read, naming its file, line and field."
 
+# %% ../nbs/11_evaluate.ipynb #bec01fd9
 _THINK_RE = re.compile(r"<think>(.*)</think>", re.S)
 _OPTION_RE = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s*(.*)$", re.S)
 
@@ -84,6 +85,7 @@ def parse_solution(solution: str, where: str = "",
     if not answer: raise AnnotationError(f"{where}: field 'solution' is empty: {solution[:80]!r}")
     return answer
 
+# %% ../nbs/11_evaluate.ipynb #a0975266
 def parse_options(options, where: str = "",
                   strict: bool = False,  # refuse repeated letters (even duplicates) and unlabelled options
                   ) -> list[tuple[str, str]]:
@@ -188,6 +190,7 @@ def _tests(rec: dict, where: str) -> list[str]:
     try: return as_tests(rec["tests"])
     except ValueError as e: raise AnnotationError(f"{where}: {e}") from None
 
+# %% ../nbs/11_evaluate.ipynb #cf08c390
 BENCHMARKS: dict[str, Benchmark] = {}
 NOT_SUPPORTED: dict[str, str] = {}
 
@@ -300,6 +303,7 @@ def accuracy_metrics(rows: list[dict]) -> dict:
     "Accuracy over all items, and per category."
     return {"accuracy": _mean([_acc(r) for r in rows]), "categories": _by(rows, "category")}
 
+# %% ../nbs/11_evaluate.ipynb #5eb06ffb
 def vsi_metrics(rows: list[dict]) -> dict:
     "VSI-Bench: accuracy over multiple-choice items, MRA over numeric ones (never mixed)."
     mc = [r for r in rows if r["problem_type"] != "regression"]
@@ -307,11 +311,13 @@ def vsi_metrics(rows: list[dict]) -> dict:
     return {"accuracy": _mean([_acc(r) for r in mc]), "MRA": _mean([_acc(r) for r in num]),
             "n_mc": len(mc), "n_numeric": len(num), "categories": _by(rows, "category")}
 
+# %% ../nbs/11_evaluate.ipynb #840ee8b2
 def charades_metrics(rows: list[dict]) -> dict:
     "Charades-STA: mean temporal IoU and recall at IoU 0.3 / 0.5 / 0.7."
     ious = [_acc(r) for r in rows]
     return {"mIoU": _mean(ious), **{f"R@{t}": _mean([float(i >= t) for i in ious]) for t in (0.3, 0.5, 0.7)}}
 
+# %% ../nbs/11_evaluate.ipynb #febc8478
 def stvg_metrics(rows: list[dict]) -> dict:
     "STVG: mean temporal IoU, mean box IoU, and their even blend."
     tiou = _mean([0.0 if r.get("error") else r["parts"]["tIoU"] for r in rows])
@@ -319,6 +325,7 @@ def stvg_metrics(rows: list[dict]) -> dict:
                   if r.get("error") or "mIoU" in r["parts"]])  # items with boxes
     return {"score": 0.5 * tiou + 0.5 * miou, "tIoU": tiou, "mIoU": miou}
 
+# %% ../nbs/11_evaluate.ipynb #acc0596a
 def ovo_metrics(rows: list[dict]) -> dict:
     "OVO-Bench: accuracy per task, macro average per category, macro average of categories."
     tasks = _by(rows, "task")
@@ -328,6 +335,7 @@ def ovo_metrics(rows: list[dict]) -> dict:
     cats = {c: _mean(v) for c, v in sorted(cats.items())}
     return {"overall": _mean(list(cats.values())), "categories": cats, "tasks": tasks}
 
+# %% ../nbs/11_evaluate.ipynb #fbdaafde
 METRICS = {"accuracy": accuracy_metrics, "vsi": vsi_metrics, "charades": charades_metrics,
            "stvg": stvg_metrics, "ovo": ovo_metrics}
 HEADLINE = {"accuracy": "accuracy", "vsi": "accuracy", "charades": "mIoU", "stvg": "score", "ovo": "overall"}
@@ -362,10 +370,12 @@ def read_rows(path, skipped: list | None = None) -> list[tuple[int, Any]]:
     except DataError as e: raise AnnotationError(str(e)) from None
     except RecursionError: raise AnnotationError(f"{path.name}: JSON nested too deeply to read") from None
 
+# %% ../nbs/11_evaluate.ipynb #00f7ca94
 def read_records(path) -> list:
     "The records of a JSON list or JSONL annotation file."
     return [r for _, r in read_rows(path)]
 
+# %% ../nbs/11_evaluate.ipynb #38a56b0b
 def recognise(path, records: list | None = None) -> Benchmark:
     "The registered benchmark an annotation file belongs to, by file name or content."
     path = Path(path)
@@ -387,6 +397,7 @@ def recognise(path, records: list | None = None) -> Benchmark:
 class AnnotationWarning(UserWarning):
     "Rows of an annotation file were skipped or renamed (its `LoadReport` lists them)."
 
+# %% ../nbs/11_evaluate.ipynb #77b69f23
 @dataclass
 class LoadReport:
     "What loading an annotation file did: records loaded or skipped (file:line, why), repeated ids renamed."
@@ -481,6 +492,7 @@ def load_annotations(path, name: str | None = None,
                       AnnotationWarning, stacklevel=2)
     return bench, items, rep
 
+# %% ../nbs/11_evaluate.ipynb #92f69ebc
 def load_benchmark(path, name: str | None = None, strict: bool = False) -> tuple[Benchmark, list[EvalItem]]:
     "Read an annotation file into its benchmark and usable `EvalItem`s (see `load_annotations`)."
     bench, items, _ = load_annotations(path, name, strict)
@@ -501,6 +513,7 @@ def to_sample(item: EvalItem,
                   options=list(item.options), data_source=item.benchmark, where=item.source,
                   extra={**window, **({"tests": item.tests} if item.tests else {})})
 
+# %% ../nbs/11_evaluate.ipynb #bccfdca7
 def item_prompt(item: EvalItem) -> str:
     "The user turn for `item` (question, options, answer format, media placeholders), as training builds it."
     from easyvideor1.data import build_prompt
@@ -514,6 +527,7 @@ def score_extras(s) -> dict:
     return dict(options=s.options, problem_id=s.id, data_type=s.data_type,
                 **({"tests": s.extra["tests"]} if s.extra.get("tests") else {}))
 
+# %% ../nbs/11_evaluate.ipynb #b0daa1dc
 def score_response(sample, response: str,
                    strict_format: bool = False,  # full format: only `(<think>..</think>) <answer>..</answer>`
                    lenient: bool = True,  # read unclosed tags and tagless answers (False: the trainer's rule)
@@ -531,6 +545,7 @@ def score_response(sample, response: str,
         if gt.get("boxes"): out["parts"]["mIoU"] = part("boxes", "tracking")
     return out
 
+# %% ../nbs/11_evaluate.ipynb #6c0ff0d0
 def oracle_response(item) -> str:
     "The ground truth of an item (or a data `Sample`) written as a model response."
     return f"<think>The ground truth.</think><answer>{item.answer}</answer>"
@@ -562,6 +577,7 @@ def oracle_check(annotation_file, name: str | None = None, strict: bool = False)
     "Score the ground truth of every item of `annotation_file` as the response: `{metric_name: score}`."
     return oracle_scores(*load_benchmark(annotation_file, name, strict))
 
+# %% ../nbs/11_evaluate.ipynb #a1671939
 def oracle_scores(bench: Benchmark, items: list[EvalItem]) -> dict[str, float]:
     "`oracle_check` on items already loaded."
     rows = []
@@ -572,6 +588,7 @@ def oracle_scores(bench: Benchmark, items: list[EvalItem]) -> dict[str, float]:
         rows.append({**result_fields(it), **score_response(to_sample(it), oracle_response(it))})
     return _flatten(summarize_rows(bench, rows))
 
+# %% ../nbs/11_evaluate.ipynb #0e121a9f
 def result_fields(item: EvalItem) -> dict:
     "The item fields a result row carries (enough to summarise without the annotation file)."
     return {"id": item.item_id, "benchmark": item.benchmark, "problem_type": item.problem_type,
@@ -581,14 +598,17 @@ def result_fields(item: EvalItem) -> dict:
 class ManifestMismatch(RuntimeError):
     "Results made under another manifest cannot be resumed into or merged."
 
+# %% ../nbs/11_evaluate.ipynb #2b599f3e
 def manifest_diff(a: dict, b: dict) -> dict:
     "`{key: (a_value, b_value)}` for every top-level key that differs."
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
+# %% ../nbs/11_evaluate.ipynb #e72fc6b2
 def read_results(path) -> list[dict]:
     "The complete result rows of a results JSONL (the last line a kill interrupted is ignored)."
     return read_jsonl(path, torn_tail=True)
 
+# %% ../nbs/11_evaluate.ipynb #7a80eca5
 class ResultsFile:
     "Append-only results JSONL with its manifest; resumes by item id."
     def __init__(self, path, manifest: dict):
@@ -631,6 +651,7 @@ def files_digest(paths: Iterable, chunk: int = 1 << 20) -> str:
             while b := f.read(chunk): h.update(b)
     return h.hexdigest()
 
+# %% ../nbs/11_evaluate.ipynb #c075b8d0
 def weights_digest(model_dir) -> str:
     "Digest of a model folder's weight files (safetensors / bin) and config."
     d = Path(model_dir)
@@ -638,6 +659,7 @@ def weights_digest(model_dir) -> str:
     if not files: raise FileNotFoundError(f"{d}: no weight files (*.safetensors, *.bin) to digest")
     return files_digest(files)
 
+# %% ../nbs/11_evaluate.ipynb #0d2551be
 def package_versions(names=("easyvideor1", "torch", "transformers", "vllm")) -> dict:
     "Installed versions of the packages that compute the numbers (None when absent)."
     from importlib.metadata import version, packages_distributions, PackageNotFoundError
@@ -651,6 +673,7 @@ def package_versions(names=("easyvideor1", "torch", "transformers", "vllm")) -> 
             except PackageNotFoundError: pass
     return out
 
+# %% ../nbs/11_evaluate.ipynb #d7ac01fb
 def _contract_dict(c):
     return None if c is None else {**asdict(c), "hash": c.hash}
 
@@ -659,6 +682,7 @@ def state_dict_digest(model) -> str:
     from easyvideor1.models import param_digest
     return param_digest(model.state_dict().items())
 
+# %% ../nbs/11_evaluate.ipynb #7bb92a9b
 def make_manifest(model_dir=None, contract=None, image_contract=None, sampling: dict | None = None,
                   seed: int = 0, engine: str = "hf",
                   model=None,  # an in-memory model instead of a folder (digest of its state dict)
@@ -695,6 +719,7 @@ class _Crash:
     thread: str
     error: BaseException
 
+# %% ../nbs/11_evaluate.ipynb #d38152da
 def is_transient(e: BaseException) -> bool:
     "Worth one more try: a deadline passed or a connection dropped, not a bad input."
     from easyvideor1.video import VideoDecodeTimeout
@@ -791,7 +816,6 @@ def _sync_engine_worker(engine, in_q, out_q, batch_size, sampling, retries=1, st
             if reqs: _generate_batch(engine, reqs, out_q, sampling, retries)
     except BaseException as e: out_q.put(_Crash(threading.current_thread().name, e))
     finally: out_q.put(_DONE)
-
 
 # %% ../nbs/11_evaluate.ipynb #12b0a26a
 def _record(results: ResultsFile, item: EvalItem, text, err, bar, scoring: dict | None = None):
@@ -921,11 +945,11 @@ def drop_failed(path) -> list[dict]:
     if bad: atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows if not r.get("error")))
     return bad
 
+# %% ../nbs/11_evaluate.ipynb #6ed003c8
 def failure_counts(rows: list[dict]) -> dict[str, int]:
     "Failed rows per reason (the error's type), most frequent first."
     c = Counter(r["error"].split(":", 1)[0] for r in rows if r.get("error"))
     return dict(c.most_common())
-
 
 # %% ../nbs/11_evaluate.ipynb #a1d14da6
 class OracleEngine:
@@ -1048,11 +1072,13 @@ def summarize_run(run_dir) -> list[dict]:
                     **_load_counts(man.get("annotation_load"))})
     return out
 
+# %% ../nbs/11_evaluate.ipynb #bf8540e2
 def skipped_rows(run_dir) -> list[dict]:
     "Every skipped row of a run folder's load reports: `{'run', 'file', 'where', 'reason'}`."
     return [{"run": Path(run_dir).name, "file": p.name.removesuffix(".load.json"), **s}
             for p in sorted(Path(run_dir).glob("*.load.json")) for s in json.loads(p.read_text())["skipped"]]
 
+# %% ../nbs/11_evaluate.ipynb #73b37e6f
 def merge_results(paths: list, out_path) -> Path:
     "Merge results files of one benchmark (e.g. shards) made under the same manifest; ids must not clash."
     paths = [Path(p) for p in paths]
@@ -1066,6 +1092,7 @@ def merge_results(paths: list, out_path) -> Path:
                 if r["id"] not in rf.done: rf.append(r)
     return Path(out_path)
 
+# %% ../nbs/11_evaluate.ipynb #3f4ed953
 _GROUP = {"categories": "category", "tasks": "task"}
 
 def _pct(v): return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
@@ -1084,6 +1111,7 @@ def summary_rows(summaries: list[dict]) -> list[dict]:
                              "value": v})
     return rows
 
+# %% ../nbs/11_evaluate.ipynb #f108ccd5
 def markdown_table(summaries: list[dict]) -> str:
     "Benchmarks (and their categories, metrics) down, runs across; values in %, failures noted."
     runs = list(dict.fromkeys(s["run"] for s in summaries))
@@ -1109,6 +1137,7 @@ def markdown_table(summaries: list[dict]) -> str:
     out += [f"| {l[2]} | " + " | ".join(cell.get((l, r), "") for r in runs) + " |" for l in order]
     return "\n".join(out)
 
+# %% ../nbs/11_evaluate.ipynb #4e4d56ba
 def bar_chart(summaries: list[dict], path=None):
     "Grouped bars: each benchmark's headline metric (%) per run."
     import matplotlib
@@ -1135,6 +1164,7 @@ def bar_chart(summaries: list[dict], path=None):
         plt.close(fig)
     return fig
 
+# %% ../nbs/11_evaluate.ipynb #dd2be34e
 def report(run_dirs: list, out_dir) -> dict:
     "Write `summary.md`, `summary.csv` and `scores.png` comparing the runs; return their paths."
     summaries = [s for d in run_dirs for s in summarize_run(d)]
@@ -1166,12 +1196,14 @@ def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixel
                           total_pixels=total_pixels, factor=factor),
             ImageContract(max_pixels=image_max_pixels, factor=factor))
 
+# %% ../nbs/11_evaluate.ipynb #f7a4e6a5
 def load_hf_engine(model_dir):
     "The rollout module's `HFEngine` over a model folder (model + processor, `save_vlm`), in eval mode."
     from easyvideor1.models import qwen_vlm, qwen_processor
     from easyvideor1.rollout import HFEngine
     return HFEngine(qwen_vlm(model_dir).eval(), qwen_processor(model_dir))
 
+# %% ../nbs/11_evaluate.ipynb #0b239b96
 def _parser():
     import argparse
     p = argparse.ArgumentParser(prog="python -m easyvideor1.evaluate",

@@ -322,6 +322,7 @@ def check_loss_config(
                          "(it would weigh long sequences more)")
     if agg == "seq_mean_token_sum_norm": _constant_len(max_len, torch.zeros(0))
 
+# %% ../nbs/06_grpo.ipynb #9417567b
 def policy_loss(
     logp: Tensor,  # (B, T) current policy log-probs
     old_logp: Tensor,  # (B, T) behaviour (old) log-probs

@@ -46,10 +46,12 @@ def lora_layers(model) -> dict:
     "Name -> PEFT LoRA layer, for every adapted module of `model` (empty: no adapters)."
     return {n: m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
 
+# %% ../nbs/09b_lora.ipynb #bb032e19
 def has_adapters(model) -> bool:
     "Whether `model` carries LoRA layers."
     return any(isinstance(m, LoraLayer) for m in model.modules())
 
+# %% ../nbs/09b_lora.ipynb #3ef0a65f
 def apply_lora(model, rank: int, alpha: float = 32.0, dropout: float = 0.0, target: str = LORA_TARGET,
                seed: int = 0):  # seeds A's init (global RNG untouched): all ranks, resumed runs start alike
     "Inject LoRA layers in `model` in place (B = 0: same function), freeze all other parameters; returns it."
@@ -98,6 +100,7 @@ def adapter_weights(model) -> dict[str, torch.Tensor]:
     params = dict(model.named_parameters())
     return {n: params[n].detach().clone() for n in _adapter_names(model)}
 
+# %% ../nbs/09b_lora.ipynb #a220215b
 @contextlib.contextmanager
 def swapped_adapters(model, weights: dict[str, torch.Tensor]):
     "In the block the adapters hold `weights` (the reference's); then the policy's own return, bit for bit."
@@ -119,6 +122,7 @@ class LoraReference:
     model: Any  # the policy (plain, or an FSDP2 root)
     weights: dict  # parameter name -> adapter tensor (`adapter_weights`)
 
+# %% ../nbs/09b_lora.ipynb #7ee4fbf8
 @contextlib.contextmanager
 def reference_model(ref):
     "Model for reference log-probs: a `LoraReference`'s policy, adapters swapped in; any other model as is."
@@ -142,6 +146,7 @@ def lora_reference(model, ref_dir: Path, is_main: bool = True, wait=lambda: None
     wait()
     return ref
 
+# %% ../nbs/09b_lora.ipynb #70c23952
 def load_lora_reference(model, ref_dir: Path) -> LoraReference:
     "The reference of a resumed LoRA run (`lora_reference`'s hand-over); FSDP2 shards cut from full tensors."
     from safetensors.torch import load_file
@@ -182,6 +187,7 @@ def merged_state_items(model, merged: bool = True):
                 t = (t.float() + (B.float() @ A.float()) * m.scaling[a]).to(t.dtype)  # (d_out, d_in)
         yield f"{head}.{leaf}", t
 
+# %% ../nbs/09b_lora.ipynb #0f826bd1
 def base_digest(model) -> str:
     "sha256 of the frozen base weights (transformers' names, name order): unchanged by any LoRA training."
     return param_digest(merged_state_items(model, merged=False))
@@ -259,6 +265,7 @@ def merge_checkpoint(ckpt: str | Path, out: str | Path) -> Path:
                                                                        local_files_only=True)
     return save_merged(model, out, processor)
 
+# %% ../nbs/09b_lora.ipynb #5cb0cadc
 def main(argv: list[str] | None = None):
     "`python -m easyvideor1.lora merge CHECKPOINT OUT`: write a LoRA checkpoint as a full model folder."
     import argparse
@@ -277,6 +284,7 @@ def vision_tower(model):
     "The vision tower of a Qwen-VL model (or of a `VLMCall` around one)."
     return unwrap_vlm(model).model.visual
 
+# %% ../nbs/09b_lora.ipynb #dd821ae8
 def tower_frozen(model) -> bool:
     "Whether no vision parameter trains (LoRA's default target leaves the tower so)."
     return not any(p.requires_grad for p in vision_tower(model).parameters())
@@ -299,6 +307,7 @@ class VisionOutput(BaseModelOutputWithPooling):
     "One modality's `mm_encoder_outputs` from cached features (`pooler_output`: per medium (n_tokens, H))."
     deepstack_features: list | None = None  # per deepstack layer (Qwen3-VL only), per medium (n_tokens, H)
 
+# %% ../nbs/09b_lora.ipynb #f34491ef
 class VisionFeatures:
     "A frozen vision tower's outputs per medium: computed once, stored under `root`, read back memory-mapped."
     def __init__(self, model,  # the VLM (before `shard_fsdp2`), its tower frozen

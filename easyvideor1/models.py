@@ -361,6 +361,7 @@ def video_message(question: str) -> list[dict]:
     "A one-turn chat asking `question` about one video."
     return [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]}]
 
+# %% ../nbs/01_models.ipynb #b92fd388
 def image_message(question: str) -> list[dict]:
     "A one-turn chat asking `question` about one image."
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]

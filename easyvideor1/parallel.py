@@ -52,6 +52,7 @@ def fsdp_modules(model) -> list:
     "The FSDP2 units of `model` (empty for an unsharded model)."
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
+# %% ../nbs/09a_parallel.ipynb #3625660f
 @contextlib.contextmanager
 def gathered(model):  # a `VLMCall` root from `shard_fsdp2` (anything else: nothing to do)
     "Every FSDP2 unit gathered once for the block (generation, evaluation; no grad): no per-step collective."
@@ -92,6 +93,7 @@ def pad_micro_batches(
                            adv=torch.zeros_like(src.adv)))
     return mbs
 
+# %% ../nbs/09a_parallel.ipynb #62f1e244
 def max_over_ranks(n: int) -> int:
     "The largest `n` over all ranks (itself on one process)."
     if not dist.is_initialized() or dist.get_world_size() == 1: return n
@@ -111,6 +113,7 @@ def full_state_dict(
         if rank == 0 or not rank0_only: out[name] = seen[id(t)]
     return out
 
+# %% ../nbs/09a_parallel.ipynb #76b3dc71
 def load_full_state_dict(model, state_dict: dict):  # rank 0's full state dict (other ranks may pass {})
     "Put a full state dict (rank 0's) into a sharded model: each rank keeps its shards."
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -125,6 +128,7 @@ def save_sharded(path: str | Path, model, optimizer=None):
     msd, osd = get_state_dict(unwrap_vlm(model), [] if optimizer is None else [optimizer])
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
 
+# %% ../nbs/09a_parallel.ipynb #75614abc
 def load_sharded(path: str | Path, model, optimizer=None):
     "Restore `save_sharded`'s state into a model sharded the same way (and its optimizer): exact resume."
     import torch.distributed.checkpoint as dcp

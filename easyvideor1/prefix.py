@@ -105,14 +105,17 @@ def enable_checkpointing(model) -> int:
         if "forward" not in m.__dict__: m.forward = functools.partial(_checkpointed, m.forward)
     return len(blocks)
 
+# %% ../nbs/09_prefix.ipynb #b8817752
 def disable_checkpointing(model):
     "Undo `enable_checkpointing`."
     for m in model_blocks(model): m.__dict__.pop("forward", None)
 
+# %% ../nbs/09_prefix.ipynb #4c7c2d68
 def is_checkpointing(model) -> bool:
     "Whether `enable_checkpointing` is on."
     return any("forward" in m.__dict__ for m in model_blocks(model))
 
+# %% ../nbs/09_prefix.ipynb #008ff2c3
 @contextlib.contextmanager
 def checkpointed_layers(model):
     "Checkpointing inside the block only (as it was after)."

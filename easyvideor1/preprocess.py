@@ -55,6 +55,7 @@ def media_items(
                                    *(win if kind == "video" else (None, None)), src))
     return items
 
+# %% ../nbs/03a_preprocess.ipynb #a104f46f
 def dedup(items:list[MediaItem]) -> list[MediaItem]:
     "First occurrence of each (path, kind, window)."
     seen, out = set(), []
@@ -64,7 +65,6 @@ def dedup(items:list[MediaItem]) -> list[MediaItem]:
             seen.add(k)
             out.append(it)
     return out
-
 
 # %% ../nbs/03a_preprocess.ipynb #fda169f5
 _cache: FrameCache|None = None
@@ -171,6 +171,7 @@ def contracts_from_args(a:argparse.Namespace) -> tuple[VideoContract, ImageContr
                              ("factor", a.factor)] if v is not None}
     return VideoContract.for_family(a.family, **over), ImageContract.for_family(a.family, **img)
 
+# %% ../nbs/03a_preprocess.ipynb #d5870abb
 def parser() -> argparse.ArgumentParser:
     "The `python -m easyvideor1.preprocess` arguments."
     p = argparse.ArgumentParser(prog="python -m easyvideor1.preprocess",
@@ -216,6 +217,7 @@ def validate_inputs(data_files:list, media_root=None, report_dir:str|Path|None=N
         if v.problems and report_dir: v.write(Path(report_dir)/"validation", Path(d).stem)
     return skip
 
+# %% ../nbs/03a_preprocess.ipynb #65f86fa5
 def main(argv:list[str]|None=None) -> int:
     "Run the preprocessor; exit status 0 if every file is cached, 1 if some failed, 130 if interrupted."
     a = parser().parse_args(argv)
@@ -229,7 +231,6 @@ def main(argv:list[str]|None=None) -> int:
     failures = a.failures or Path(a.cache_dir)/"failures.jsonl"
     print(f"preprocess: {rep.summary()}" + (f"; failures listed in {failures}" if rep.failed else ""))
     return 130 if rep.interrupted else int(rep.failed > 0)
-
 
 # %% ../nbs/03a_preprocess.ipynb #b4458a57
 if __name__ == "__main__" and globals().get("__spec__") is not None:  # `python -m`, not a notebook kernel

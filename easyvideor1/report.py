@@ -117,6 +117,7 @@ class TrainerCode(str):
     "Source text that a notebook shows as a highlighted Python block (and a terminal as plain text)."
     def _repr_markdown_(self): return f"```python\n{self}\n```"
 
+# %% ../nbs/09d_report.ipynb #aa2bfc6a
 def trainer_code(*objs, grep: str | None = None) -> TrainerCode:
     "The source of the trainer's functions `objs`, or only their lines matching the regex `grep` (numbered)."
     parts = []

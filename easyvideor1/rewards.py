@@ -52,7 +52,7 @@ class AnswerTag:
     end: int  # content end
     exact: bool  # `<answer>` ... `</answer>`: closed, nothing inside the brackets but the name (any case)
 
-
+# %% ../nbs/04_rewards.ipynb #38b052f4
 def find_answer(text: str) -> AnswerTag | None:
     "The last `<answer>` tag's content, tolerating spaced tags and a missing `</answer>`; None without a tag."
     last = None
@@ -65,19 +65,19 @@ def find_answer(text: str) -> AnswerTag | None:
     exact = close is not None and len(last.group()) == 8 and len(close.group()) == 9
     return AnswerTag(a, b, exact)
 
-
+# %% ../nbs/04_rewards.ipynb #531516d7
 def answer_span(text: str) -> tuple[int, int] | None:
     "Character range of the last answer tag's stripped content (see `find_answer`); None without a tag."
     tag = find_answer(text)
     return None if tag is None else (tag.start, tag.end)
 
-
+# %% ../nbs/04_rewards.ipynb #7f645266
 def extract_answer(text: str) -> str | None:
     "Content of the last answer tag in `text` (tolerant, see `find_answer`), stripped; None if there is none."
     span = answer_span(text)
     return None if span is None else text[span[0]:span[1]]
 
-
+# %% ../nbs/04_rewards.ipynb #a3a1404a
 @lru_cache(maxsize=4096)  # a step holds a few hundred distinct ground truths; this bounds memory
 def extract_ground_truth(gt: str) -> str:
     "The answer inside a ground truth: its last `<answer>` tag, else its `<think>` tag, else the text."
@@ -106,7 +106,7 @@ def last_boxed(text: str) -> str | None:
         i += 1
     return None
 
-
+# %% ../nbs/04_rewards.ipynb #e1cd7dbe
 def extract_fallback(text: str) -> str | None:
     "An answer written without the tag: the last `\\boxed{}`, else the last 'the (final) answer is ...'."
     boxed = last_boxed(text)
@@ -114,7 +114,7 @@ def extract_fallback(text: str) -> str | None:
     ms = _FINAL_RE.findall(text)
     return ms[-1].strip() if ms else None
 
-
+# %% ../nbs/04_rewards.ipynb #331c87d9
 def tagless_answer(text: str) -> str:
     "What a tagless response is judged on: its text outside `<think>` blocks, else its last thought."
     outside = _STRAY_TAG_RE.sub(" ", _THINK_BLOCK_RE.sub(" ", text)).strip()
@@ -127,15 +127,15 @@ def normalize_problem_type(problem_type: str) -> str:
     "Fold case, spaces, hyphens and underscores: 'Open_Ended' and 'open-ended' -> 'open ended'."
     return " ".join(re.split(r"[\s_\-]+", problem_type.strip().lower())).strip()
 
-
+# %% ../nbs/04_rewards.ipynb #fbbed6a2
 class UnknownProblemType(ValueError):
     "A `problem_type` with no registered scorer."
 
-
+# %% ../nbs/04_rewards.ipynb #0fc661b2
 class ScorerError(RuntimeError):
     "A scorer raised: a bug or a malformed ground truth, never a reason to score 0 silently."
 
-
+# %% ../nbs/04_rewards.ipynb #7a7f9078
 @dataclass(frozen=True)
 class Scorer:
     "A registered problem type: its accuracy function, format check and ground-truth parser."
@@ -219,7 +219,7 @@ def well_shaped(text: str) -> bool:
     "True when `text` is an optional `<think>...</think>` then one `<answer>...</answer>` and nothing else."
     return _SHAPE_RE.fullmatch(text) is not None
 
-
+# %% ../nbs/04_rewards.ipynb #a55f78ed
 _LAST_COMPLETE_RE = re.compile(r".*<answer>(.*?)</answer>", re.S | re.I)
 
 
@@ -308,7 +308,7 @@ def mc_letter(text: str) -> str | None:
              if not (c in "AI" and nxt and nxt.strip() not in _MC_VERBS)}
     return found.pop() if len(found) == 1 else None
 
-
+# %% ../nbs/04_rewards.ipynb #03d9e737
 def _norm_words(text: str) -> str:
     return " ".join(re.findall(r"[^\W_]+", text.casefold()))
 
@@ -419,14 +419,14 @@ def words_to_number(text: str) -> float | None:
     if cur is not None: runs.append(cur)
     return float(runs[-1][2] * (runs[-1][0] + runs[-1][1])) if runs else None
 
-
+# %% ../nbs/04_rewards.ipynb #4b9b3b0c
 def extract_numbers(text: str) -> list[tuple[float, bool]]:
     "Every number in `text` as (value, is_percentage); number words only when there are no digits."
     out = [(_match_value(m), m.group(9) is not None) for m in _NUM_RE.finditer(text)]
     if not out and (w := words_to_number(text)) is not None: out = [(w, False)]
     return [(v, p) for v, p in out if math.isfinite(v)]
 
-
+# %% ../nbs/04_rewards.ipynb #02966f06
 def extract_number(text: str) -> tuple[float, bool] | None:
     "The last number in `text` as (value, is_percentage), or None."
     try:
@@ -449,7 +449,7 @@ def numbers_match(pred: tuple[float, bool], gt: tuple[float, bool], rel_tol: flo
     cands = [(p, g)] + ([(p / 100, g)] if pp else []) + ([(p, g / 100)] if gp else [])
     return any(math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-12) for a, b in cands)
 
-
+# %% ../nbs/04_rewards.ipynb #74cac69b
 def _number_gt(gt: str) -> tuple[float, bool]:
     n = extract_number(gt)
     if n is None: raise ValueError(f"ground truth {gt!r} holds no number")
@@ -464,7 +464,7 @@ def written_decimals(text: str) -> int | None:
         return None
     return len(m.group(4).split(".")[1]) or None
 
-
+# %% ../nbs/04_rewards.ipynb #525bb3fe
 def _numerical_gt(gt: str) -> tuple[tuple[float, bool], int | None]:
     return _number_gt(gt), written_decimals(gt)
 
@@ -490,7 +490,7 @@ def mean_relative_accuracy(pred: float, gt: float) -> float:
     rel = abs(pred - gt) / abs(gt) if gt != 0 else (0.0 if pred == 0 else math.inf)
     return sum(rel < tol for tol in _MRA_TOLS) / len(_MRA_TOLS)
 
-
+# %% ../nbs/04_rewards.ipynb #63af26cb
 @scorer("regression", fallback=True, format_check=_one_number, parse_gt=lambda g: _number_gt(g)[0])
 def regression_accuracy(pred: str, gt: float, **_) -> float:
     "Mean Relative Accuracy of the response's last number."
@@ -510,7 +510,7 @@ def extract_boolean(text: str) -> bool | None:
     m = first if not text[:first.start()].strip(" *\"'([") else ms[-1]
     return _BOOL_VALUE[m.group(1).lower()]
 
-
+# %% ../nbs/04_rewards.ipynb #e32ea969
 def _bool_gt(gt: str) -> bool:
     b = extract_boolean(gt)
     if b is None: raise ValueError(f"boolean ground truth {gt!r} is not yes/no/true/false")
@@ -530,7 +530,7 @@ def iou_1d(a, b) -> float:
     union = (a[1] - a[0]) + (b[1] - b[0]) - inter
     return inter / union if union > 0 else float(tuple(a) == tuple(b))
 
-
+# %% ../nbs/04_rewards.ipynb #d45c1c80
 def iou_2d(a, b) -> float:
     "IoU of boxes `a = (x1, y1, x2, y2)` and `b`."
     iw = min(a[2], b[2]) - max(a[0], b[0])
@@ -577,7 +577,7 @@ def as_interval(x, strings: bool = False,  # accept numbers written as strings (
         if s is not None and e is not None and s <= e and math.isfinite(s + e): return s, e
     return None
 
-
+# %% ../nbs/04_rewards.ipynb #5af6e945
 def as_box(x, strings: bool = False,  # accept numbers written as strings ("10")
            ) -> tuple[float, float, float, float] | None:
     "`[x1, y1, x2, y2]` with x1 <= x2, y1 <= y2 (or a list holding one such box) as a tuple, else None."
@@ -589,7 +589,7 @@ def as_box(x, strings: bool = False,  # accept numbers written as strings ("10")
             return x1, y1, x2, y2
     return None
 
-
+# %% ../nbs/04_rewards.ipynb #3bcd55ec
 def as_frame_boxes(x, strings: bool = False,  # accept numbers written as strings ("10")
                    ) -> dict[float, tuple] | None:
     "`{'<sec>': box}` with numeric keys as `{float(sec): box}`, else None."
@@ -737,7 +737,7 @@ def stem(token: str) -> str:
     "Porter stem of an ASCII word longer than 3 characters (rouge-score's rule); other tokens unchanged."
     return _porter().stem(token) if len(token) > 3 and token.isascii() else token
 
-
+# %% ../nbs/04_rewards.ipynb #259a57de
 def stem_tokens(text: str) -> list[str]:
     "`tokenize(text)`, each token stemmed."
     return [stem(t) for t in tokenize(text)]
@@ -802,7 +802,7 @@ def edit_distance(a: list, b: list) -> int:
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
     return row[-1]
 
-
+# %% ../nbs/04_rewards.ipynb #f91ab829
 @scorer("ocr", format_check=lambda c: bool(tokenize(c)), parse_gt=_tokens_gt)
 def ocr_accuracy(pred: str, gt: tuple[str, ...], **_) -> float:
     "1 - word error rate, clipped at 0."
@@ -903,7 +903,7 @@ class MathVerifier:
             raise RuntimeError(f"math-verify failed on gold={gold!r}, pred={pred!r}: {out['error']}")
         return out["ok"]
 
-
+# %% ../nbs/04_rewards.ipynb #a20fa2b0
 _MATH_VERIFIER: MathVerifier | None = None
 _MATH_VERIFIER_LOCK = threading.Lock()
 
@@ -947,14 +947,14 @@ def extract_code(text: str) -> str:
     blocks = _FENCE_RE.findall(text)
     return "\n".join(b.strip("\n") for b in blocks) if blocks else text.strip()
 
-
+# %% ../nbs/04_rewards.ipynb #0d181993
 def python_compiles(code: str) -> bool:
     "Does `code` compile as Python?"
     try: compile(code, "<response>", "exec")
     except (SyntaxError, ValueError): return False
     return True
 
-
+# %% ../nbs/04_rewards.ipynb #b13d8524
 def python_structure(code: str) -> set[str]:
     "Names defined (def, class) and imported at any depth in `code`."
     out = set()
@@ -1020,6 +1020,7 @@ SANDBOX_ENV = "EASYVIDEOR1_SANDBOX"
 class SandboxWarning(UserWarning):
     "Untrusted code runs without bubblewrap: resource limits only."
 
+# %% ../nbs/04_rewards.ipynb #dfce88bb
 @dataclass(frozen=True)
 class CodeLimits:
     "Resource limits of one confined program (set before it runs; it cannot raise them)."
@@ -1032,6 +1033,7 @@ class CodeLimits:
                 "RLIMIT_NPROC": procs_base + self.procs, "RLIMIT_FSIZE": self.file_mb << 20,
                 "RLIMIT_NOFILE": self.open_files, "RLIMIT_CORE": 0}
 
+# %% ../nbs/04_rewards.ipynb #0d1a52d7
 # as root, each program runs as a fresh unused uid: its processes are countable and killable as a set
 _UID_BASE = 0x3F000000
 
@@ -1123,7 +1125,6 @@ def sandbox_mode(sandbox: str | None = None) -> str:
         print(f"\n{'!' * 100}\n{msg}\n{'!' * 100}\n", file=sys.stderr)
         warnings.warn(msg, SandboxWarning, stacklevel=3)
     return "none" if problem else "bwrap"
-
 
 # %% ../nbs/04_rewards.ipynb #dde06bec
 def _split_test(src: str, i: int) -> tuple[dict, Any]:
@@ -1241,7 +1242,7 @@ def as_tests(tests) -> list[str]:
     if isinstance(tests, (list, tuple)) and all(isinstance(t, str) for t in tests): return list(tests)
     raise ValueError(f"tests must be a string or a list of strings, got {type(tests).__name__}")
 
-
+# %% ../nbs/04_rewards.ipynb #ffb7186b
 @scorer("code", aliases=["coding"], parse_gt=extract_code,
         format_check=lambda c: python_compiles(extract_code(c)))
 def python_code_accuracy(pred: str, gt: str, tests: list[str] | str | None = None, test_timeout: float = 10.0,
@@ -1251,7 +1252,6 @@ def python_code_accuracy(pred: str, gt: str, tests: list[str] | str | None = Non
     if not python_compiles(code): return 0.0
     if tests: return run_python_tests(code, as_tests(tests), test_timeout, sandbox)
     return _structure_overlap(code, gt)
-
 
 # %% ../nbs/04_rewards.ipynb #01c80f47
 _TAG_RE = re.compile(r"<\s*([A-Za-z][\w:-]*)")
@@ -1265,7 +1265,7 @@ def tag_overlap(pred: str, gt: str) -> float:
     lp, lg = len("".join(pred.split())), len("".join(gt.split()))
     return 0.7 * len(have & want) / len(want) + 0.3 * min(lp, lg) / max(lp, lg)
 
-
+# %% ../nbs/04_rewards.ipynb #207d8a89
 _SVG_RE = re.compile(r"<svg\b.*</svg\s*>", re.S | re.I)
 
 
@@ -1275,7 +1275,7 @@ def svg_code_accuracy(pred: str, gt: str, **_) -> float:
     code = extract_code(pred)
     return tag_overlap(code, gt) if _SVG_RE.search(code) else 0.0
 
-
+# %% ../nbs/04_rewards.ipynb #5618bb79
 @scorer("html-code", aliases=["html"], parse_gt=extract_code, format_check=lambda c: bool(_TAG_RE.search(c)))
 def html_code_accuracy(pred: str, gt: str, **_) -> float:
     "Tag and length overlap of an HTML document (0 without any tag)."
@@ -1305,7 +1305,7 @@ def preference_label(text: str) -> str | None:
     sides = {_SIDE[m.lower()] for m in _MENTION_RE.findall(t)}
     return f"Response {sides.pop()}" if len(sides) == 1 else None
 
-
+# %% ../nbs/04_rewards.ipynb #5267fb4c
 def _pref_gt(gt: str) -> str:
     label = preference_label(gt)
     if label is None: raise ValueError(f"preference ground truth {gt!r} is not Response 1 / Response 2 / Tie")
@@ -1322,7 +1322,7 @@ def preference_accuracy(pred: str, gt: str, **_) -> float:
 class RewardWarning(UserWarning):
     "A scorer raised on a sample; the sample was scored 0 and counted."
 
-
+# %% ../nbs/04_rewards.ipynb #9f2282d7
 @dataclass
 class ScoreStats:
     "Per-problem-type counts, mean scores and scorer exceptions of one `compute_scores` call."

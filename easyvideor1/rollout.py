@@ -31,6 +31,7 @@ class RolloutPrompt:
         i = ", ".join(f"{tuple(f.shape)}" for f in self.media.images) or "-"
         return f"**RolloutPrompt** {len(self.text)} chars; videos {v}; images {i}"
 
+# %% ../nbs/08_rollout.ipynb #b074af0e
 def rollout_prompt(processor, sample, media: Media) -> RolloutPrompt:
     "The rollout prompt of a data `Sample` and its `Media`: the text `data.prompt_inputs` tokenises."
     from easyvideor1.data import prompt_text
@@ -49,6 +50,7 @@ class SamplingConfig:
     seed: int | None = 0                # sampling seed (None: unseeded)
     stop: tuple[str, ...] = STOP_TOKENS # tokens that end a completion (kept in its token_ids)
 
+# %% ../nbs/08_rollout.ipynb #0a879ee6
 @dataclass
 class Completion:
     "One sampled completion."
@@ -70,11 +72,13 @@ def token_ids_of(tokenizer, tokens) -> list[int]:
     if bad: raise ValueError(f"tokenizer {type(tokenizer).__name__} has no id for {bad}")
     return ids
 
+# %% ../nbs/08_rollout.ipynb #4de7423b
 def banned_token_ids() -> list[int]:
     "Vision tokens no engine may sample (`easyvideor1.models.banned_vision_token_ids`)."
     from easyvideor1.models import banned_vision_token_ids
     return banned_vision_token_ids()
 
+# %% ../nbs/08_rollout.ipynb #949ed707
 def make_completion(tokenizer, ids: list[int], logprobs: list[float], stop_ids) -> Completion:
     "Cut a generated row at its first stop token (kept) and name why it ended."
     stop_ids = set(stop_ids)
@@ -92,6 +96,7 @@ def trainer_inputs(processor, prompts: list[RolloutPrompt]) -> list[SampleInputs
     "The trainer's model inputs of rollout prompts (`data.text_inputs`): what `HFEngine` generates from."
     return [text_inputs(processor, p.text, p.media, f"prompt{i}") for i, p in enumerate(prompts)]
 
+# %% ../nbs/08_rollout.ipynb #373a65bc
 def repeat_inputs(inputs: dict, n: int) -> dict:
     "One prompt's inputs as n identical rows (flattened patches concatenated n times)."
     out = {}
@@ -216,6 +221,7 @@ def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, imag
         deltas.append(int(row.max()) + 1 - row.shape[1])
     return pos, torch.tensor(deltas, device=input_ids.device)[:, None]
 
+# %% ../nbs/08_rollout.ipynb #66b76b21
 def use_released_positions(model) -> bool:
     "Put a Qwen2.5-VL model (or `VLMCall`/FSDP2 root) on the released position rule; Qwen3-VL agrees: False."
     import types
@@ -350,6 +356,7 @@ class LogprobParity:
         return (f"**LogprobParity** over {self.n_tokens} tokens: "
                 f"mean {self.mean_abs:.2e}, max {self.max_abs:.2e}")
 
+# %% ../nbs/08_rollout.ipynb #1dd40aa8
 def _trainer_and_engine_logp(model, prompts: list[SampleInputs], groups: list[list[Completion]],
                              temperature: float) -> tuple[Tensor, Tensor]:
     "Sampled tokens' log-probs by the trainer's pass (`prefix.groups_logprobs`) and the engine: (N,), (N,)."
@@ -386,6 +393,7 @@ def vllm_text(prompt: RolloutPrompt, family: str) -> str:
     "The prompt text vLLM must see to expand placeholders as our processor does."
     return prompt.text.replace(VIDEO_SLOT, "<|video_pad|>") if family == "qwen3_vl" else prompt.text
 
+# %% ../nbs/08_rollout.ipynb #851848d9
 def vllm_prompt(prompt: RolloutPrompt, family: str) -> dict:
     "A vLLM prompt: unexpanded text, frames (T, H, W, C) with metadata, no re-sampling or resizing."
     media, mm = prompt.media, {}
@@ -398,6 +406,7 @@ def vllm_prompt(prompt: RolloutPrompt, family: str) -> dict:
     if mm: d["multi_modal_data"] = mm
     return d
 
+# %% ../nbs/08_rollout.ipynb #3fc2f4de
 def hf_state_items(model):
     "(name, full tensor) pairs, transformers' checkpoint names; FSDP2 shards gathered; LoRA: merged weights."
     # a model has adapters only if PEFT was imported (the vLLM virtualenv may not have it)
@@ -410,6 +419,7 @@ def hf_state_items(model):
         if hasattr(t, "full_tensor"): t = t.full_tensor()
         yield name, t.detach()
 
+# %% ../nbs/08_rollout.ipynb #4d649025
 def vllm_sampling_params(sc: SamplingConfig, tokenizer, n: int | None = None, max_tokens: int | None = None):
     "vLLM's `SamplingParams` for a `SamplingConfig`: stop ids, banned vision tokens, sampled-token log-probs."
     from vllm import SamplingParams
@@ -423,6 +433,7 @@ def vllm_sampling_params(sc: SamplingConfig, tokenizer, n: int | None = None, ma
 class PromptMismatch(ValueError):
     "An engine feeds its model other prompt ids than the trainer."
 
+# %% ../nbs/08_rollout.ipynb #580ba4a5
 def _groups(tokenizer, outputs, stop_ids) -> list[list[Completion]]:
     "vLLM `RequestOutput`s as groups of completions."
     return [[make_completion(tokenizer, list(c.token_ids),
@@ -506,6 +517,7 @@ def check_prompt_ids(engine, processor, prompts: list[RolloutPrompt]) -> int:
         n += len(want)
     return n
 
+# %% ../nbs/08_rollout.ipynb #5c42642a
 def train_steps(model, prompts: list[SampleInputs], groups, steps: int = 2, lr: float = 1.0,
                 temperature: float = 1.0):
     "A few SGD steps raising the sampled completions' mean log-likelihood, by the trainer's log-prob pass."

@@ -52,6 +52,7 @@ def sample_prompts(
     perm = np.random.default_rng([seed, epoch]).permutation(n_samples)
     return [int(i) for i in perm[k * prompts_per_step:(k + 1) * prompts_per_step]]
 
+# %% ../nbs/09g_step.ipynb #547f179d
 def shard(items: list, rank: int, world_size: int) -> list:
     "This rank's contiguous share of a list whose length divides by world_size."
     if len(items) % world_size:

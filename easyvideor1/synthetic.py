@@ -326,6 +326,7 @@ def tmp_name(path: str | Path) -> Path:
     path = Path(path)
     return path.with_name(f".tmp.{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
 
+# %% ../nbs/00_synthetic.ipynb #1c5d38cf
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     "Call `write(tmp)` on a temporary file beside `path`, then rename it onto `path`: readers see old or new."
     path = Path(path)
@@ -339,6 +340,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         raise
     return path
 
+# %% ../nbs/00_synthetic.ipynb #11b39795
 def atomic_write_text(path: str | Path, text: str) -> Path:
     "Write `text` to `path` atomically (see `atomic_write`)."
     return atomic_write(path, lambda tmp: tmp.write_text(text))
@@ -397,6 +399,7 @@ def write_video(path: str | Path,  # destination .mp4
             c.mux(s.encode())
     return atomic_write(path, write)
 
+# %% ../nbs/00_synthetic.ipynb #9e580167
 def write_image(path: str | Path, frame) -> Path:
     "Save one RGB frame (torch (C, H, W) or numpy (H, W, C), uint8) as a PNG, atomically."
     x = _to_thwc(frame)[0]  # (H, W, 3)
@@ -507,6 +510,7 @@ def row_media(root: str | Path, row: dict) -> tuple[torch.Tensor, float]:
     img = np.array(Image.open(Path(root) / row["images"][0]).convert("RGB"))  # (H, W, 3)
     return torch.from_numpy(img).permute(2, 0, 1).contiguous(), 0.0
 
+# %% ../nbs/00_synthetic.ipynb #2933e9e9
 def answer_boxes(row: dict, fps: float) -> dict[int, list[int]]:
     "Frame index -> box stated by a grounding or tracking answer; {} for other problem types."
     if row["problem_type"] not in ("spatial grounding", "spatial-temporal grounding", "tracking"): return {}

@@ -24,9 +24,11 @@ __all__ = ['DEFAULT_MAX_PROMPT_CHARS', 'DEFAULT_MAX_SOURCE_PIXELS', 'InvalidRow'
 class InvalidRow(ValueError):
     "A data row that cannot be trained or evaluated on; the message names the file, the line and the reason."
 
+# %% ../nbs/05a_validate.ipynb #da30c993
 class ValidationError(InvalidRow):
     "`strict=True` and a row was invalid: the first problem, with its file and line."
 
+# %% ../nbs/05a_validate.ipynb #293ea077
 @dataclass
 class Problem:
     "One invalid row: where it is and why."
@@ -34,7 +36,6 @@ class Problem:
     reason: str       # what is wrong, naming the field
     id: str = ""      # the sample id when the row parsed that far
     def __str__(self): return f"{self.where}: {self.reason}"
-
 
 # %% ../nbs/05a_validate.ipynb #8835774e
 # a question, options and instructions longer than this are refused (a 5 MB question is a 625k-token prompt)

@@ -33,7 +33,11 @@ MAX_RATIO = 200
 FAMILY_FACTOR = {"qwen2_vl": 28, "qwen2_5_vl": 28, "qwen3_vl": 32}  # patch size * spatial merge (14*2, 16*2)
 
 def round_by_factor(x, factor:int) -> int: return round(x / factor) * factor
+
+# %% ../nbs/02_video.ipynb #81e4ca50
 def ceil_by_factor(x, factor:int) -> int: return math.ceil(x / factor) * factor
+
+# %% ../nbs/02_video.ipynb #1eb8875f
 def floor_by_factor(x, factor:int) -> int: return math.floor(x / factor) * factor
 
 # %% ../nbs/02_video.ipynb #856c7e1b
@@ -92,6 +96,7 @@ def frame_range(total_frames:int, video_fps:float, start:float|None=None,
                          f"frames {s}..{e} of {total_frames} at {video_fps} fps")
     return s, e, e - s + 1
 
+# %% ../nbs/02_video.ipynb #eafcb97c
 def sample_indices(start_frame:int, end_frame:int, n:int) -> list[int]:
     "n frame indices spread uniformly over [start_frame, end_frame]."
     return torch.linspace(start_frame, end_frame, n).round().long().tolist()
@@ -192,8 +197,13 @@ class MediaDecodeError(RuntimeError):
         self.path = str(path)
         super().__init__(f"{path}: {msg}")
 
+# %% ../nbs/02_video.ipynb #d4a561dc
 class VideoDecodeError(MediaDecodeError): "A video could not be decoded."
+
+# %% ../nbs/02_video.ipynb #5c9850a1
 class VideoDecodeTimeout(VideoDecodeError): "A video decode did not finish within its deadline."
+
+# %% ../nbs/02_video.ipynb #e697c725
 class ImageDecodeError(MediaDecodeError): "An image could not be decoded."
 
 # %% ../nbs/02_video.ipynb #59c11392

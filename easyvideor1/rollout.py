@@ -307,7 +307,7 @@ class HFEngine:
     def _run(model, P: int, gc, sampler, **kw) -> tuple[Tensor, Tensor]:
         "`generate`, then new ids (n, L) and their log-probs (n, L): the sampler's, or from the raw logits."
         # nothing suppressed (the samplers ban, under the full softmax): unset, as the model's own
-        # `suppress_tokens` would fill it; `[]` still runs a processor that masks nothing (2.5 ms a decode step)
+        # `suppress_tokens` would fill it; `[]` still runs a processor masking nothing (2.5 ms a decode step)
         config, kept = model.generation_config, model.generation_config.suppress_tokens
         config.suppress_tokens = None
         try:

@@ -480,8 +480,8 @@ def make_suite(out_dir: str | Path,  # folder for train.jsonl, (val.jsonl,) test
             rows = []
             for t in names:
                 kw = {k: v for k, v in options.items() if k in params[t]} | task_options.get(t, {})
-                share = (offline_fraction if split == "train" and (offline_tasks is None or t in offline_tasks)
-                         else 0)
+                offline_task = offline_tasks is None or t in offline_tasks
+                share = offline_fraction if split == "train" and offline_task else 0
                 offline = set(_rng(seed, t, "offline").permutation(n)[:round(share * n)].tolist())
                 rows += pool.map(lambda i: write(t, split, i, kw, offline), range(n))
             _write_jsonl(out / f"{split}.jsonl", rows)

@@ -28,8 +28,8 @@ from .replay import check_offpolicy_data
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .rollout import SamplingConfig, use_released_positions
 from .step import (
-    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, mismatch_warning, offline_groups, replay_rows,
-    sample_prompts, shard, step_seed, sync_engine, warm_start_step)
+    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, mismatch_warning, offline_groups,
+    replay_rows, sample_prompts, shard, step_seed, sync_engine, warm_start_step)
 from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 

@@ -129,6 +129,7 @@ def _generation_config(sc: SamplingConfig, stop_ids, banned_ids, pad_id, sampler
     released Qwen2.5-VL folder has `top_k=1`, `top_p=0.001`, `repetition_penalty=1.05`, transformers' own
     default is `top_k=50`), and the policy must sample from the softmax the trainer scores."""
     from transformers import GenerationConfig
+    # suppress_tokens unset: `HFEngine._run` unsets the model's own for the call, so nothing is suppressed
     greedy = sc.temperature == 0 or sampler
     return GenerationConfig(do_sample=not greedy, temperature=1.0 if greedy else sc.temperature,
                             top_p=1.0 if greedy else sc.top_p, top_k=None if greedy else 0,

@@ -17,19 +17,17 @@ from .cache import FrameCache
 from .checkpoint import (
     keep_best, load_checkpoint, load_reference, save_checkpoint, start_grpo, write_param_digest)
 from .config import (
-    TrainConfig, contracts, lr_lambda, parse_args, prepare_data, valid_samples)
+    TrainConfig, contracts, parse_args, prepare_data, valid_samples)
 from .evaluate import evaluate_split
 from .grpo import check_loss_config
-from .lora import apply_lora, tower_frozen, use_vision_features
 from .models import model_family, model_spec, qwen_processor, qwen_vlm
-from .parallel import Ranks, check_launch, gathered, run_ranks, shard_fsdp2
-from .prefix import enable_checkpointing
+from .parallel import Ranks, check_launch, gathered, run_ranks
 from .replay import check_offpolicy_data
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .rollout import SamplingConfig, use_released_positions
 from .step import (
-    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, mismatch_warning, offline_groups,
-    replay_rows, sample_prompts, shard, step_seed, sync_engine, warm_start_step)
+    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, make_optimizer, make_policy,
+    mismatch_warning, offline_groups, replay_rows, sample_prompts, shard, step_seed, sync_engine, warm_start_step)
 from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 
@@ -136,25 +134,8 @@ def setup_run(cfg: TrainConfig) -> Run:
     engine = (make_engine(cfg.engine, model, processor, cfg.shared_prefix, out, cfg.vllm_sleep,
                           cfg.vllm_port + rank)
               if cfg.engine != "hf" else None)  # vLLM: from the plain model
-    if cfg.lora_rank:  # PEFT adapters; the rest frozen
-        apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target, cfg.seed)
-    cached = cfg.vision_feature_cache == "auto" and cache is not None and tower_frozen(model)
-    if cached:  # the tower once per medium (`09b_lora`)
-        use_vision_features(model, cache.root / "features", processor)
-    if fsdp2:  # fully_shard every vision block and decoder layer, then the root every model call goes through
-        from torch.distributed.device_mesh import init_device_mesh
-        policy = shard_fsdp2(model, mesh=init_device_mesh(acc.device.type, (world,)), replicate_vision=cached)
-    else:  # the plain model: gradients averaged by all_reduce_grads, checkpoints written by the main process
-        policy = model
-    if cfg.gradient_checkpointing:
-        enable_checkpointing(model)  # vision blocks and decoder layers (after sharding: FSDP2 hooks outside)
-    policy.train()
-    betas = tuple(float(b) for b in cfg.betas.split(","))
-    # fused: one kernel per step (6x faster on CPU, bench/optimizer.py); FSDP2: over the shards
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay,
-                                  fused=True)
-    # stepped once a step on every rank: one schedule for any world size
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    policy = make_policy(model, cfg, cache, processor, acc.device, world)  # LoRA, feature cache, FSDP2, ...
+    optimizer, scheduler = make_optimizer(policy, cfg)
     ranks = run_ranks(world, fsdp2, acc.device)  # how losses, statistics and gradients reduce over the ranks
     if engine is None:  # hf: the root itself
         engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)

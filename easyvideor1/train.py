@@ -25,10 +25,10 @@ from .parallel import Ranks, check_launch, gathered, run_ranks
 from .replay import check_offpolicy_data
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .rollout import SamplingConfig, use_released_positions
-from easyvideor1.step import (
-    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, make_optimizer, make_policy,
-    mismatch_warning, offline_groups, replay_rows, sample_prompts, shard, step_seed, sync_engine,
-    warm_start_step)
+from .step import (
+    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, mismatch_warning, offline_groups,
+    replay_rows, sample_prompts, shard, step_seed, sync_engine, warm_start_step)
+from .step import make_optimizer, make_policy
 from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 

@@ -156,7 +156,7 @@ def step_bench(clips, cache):
     h, w = smart_resize(720, 1280, STEP_CONTRACT.factor, STEP_CONTRACT.min_pixels, STEP_CONTRACT.max_pixels)
     fake = VideoMetadata(fps=24.0, frames_indices=list(range(32)), total_num_frames=720, duration=30.0, width=1280,
                          height=720, backend="decord")
-    step(lambda: ([torch.zeros(32, 3, h, w, dtype=torch.uint8)] * len(paths), [fake] * len(paths), None))  # warm-up
+    step(lambda: ([torch.zeros(32, 3, h, w, dtype=torch.uint8, device="cpu")] * len(paths), [fake] * len(paths), None))  # warm-up
     res = {"on-the-fly decode": step(on_the_fly)}
     runs = [step(from_cache) for _ in range(3)]
     res["frame cache"] = [statistics.median(r[i] for r in runs) for i in range(3)]

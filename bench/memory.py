@@ -74,7 +74,8 @@ def main():
     a = ap.parse_args()
     if a.cell: print(json.dumps(cell(a))); return
     lengths = [int(x) for x in a.lengths.split(",")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),  # callers' paths kept
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     common = ["--family", a.family, "--size", a.size, "--dtype", a.dtype, "--device", a.device, "--G", str(a.G), "--new-tokens", str(a.new_tokens)]
     rows = {}
     cks = [{"off": False, "on": True}[m] for m in a.checkpointing_modes.split(",")]

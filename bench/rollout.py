@@ -18,7 +18,7 @@ def prompts_for(family, processor, n_prompts, frames):
     text = processor.apply_chat_template(video_message("Which way does the square move?"), add_generation_prompt=True, tokenize=False)
     for i in range(n_prompts):
         g = torch.Generator().manual_seed(i)
-        x = torch.randint(0, 256, (frames, 3, 4 * F, 4 * F), dtype=torch.uint8, generator=g)
+        x = torch.randint(0, 256, (frames, 3, 4 * F, 4 * F), dtype=torch.uint8, generator=g, device="cpu")
         meta = VideoMetadata(fps=2.0, frames_indices=list(range(frames)), total_num_frames=frames, duration=frames / 2,
                              width=4 * F, height=4 * F, backend="decord")
         out.append(RolloutPrompt(text, Media(videos=[x], video_meta=[meta])))

@@ -34,7 +34,7 @@ def multinomial_draw(z):
 def main():
     G, N, R = (int(a) for a in (sys.argv[1:] + ["8", "16", "5"][len(sys.argv) - 1:])[:3])
     torch.manual_seed(0)
-    z = torch.randn(G, 151_936) * 3  # (G, V) logits of a fairly flat policy
+    z = torch.randn(G, 151_936, device="cpu") * 3  # (G, V) logits of a fairly flat policy
     banned = banned_token_ids()
     draw_m = mean_s(lambda: multinomial_draw(z), 20 * R)
     draw_i = mean_s(lambda: InverseCDFSampler(1.0, banned)(None, z), 20 * R)

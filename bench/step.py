@@ -38,18 +38,18 @@ def synthetic_video_prompt(model, n_frames: int, res: int, question_len: int = 3
     t, h = n_frames // tp, res // ps
     per_group = h * h // (m * m)  # merged tokens per temporal group
     g = torch.Generator().manual_seed(seed)
-    txt = lambda n: torch.randint(100, 20000, (n,), generator=g).tolist()
+    txt = lambda n: torch.randint(100, 20000, (n,), generator=g, device="cpu").tolist()
     ids = [IM_START_ID, *txt(2)]
     if fam == "qwen3_vl":  # "<t seconds>" text before every temporal group, as Qwen3-VL's processor writes it
         for _ in range(t): ids += txt(5) + [VISION_START_ID] + [VIDEO_PAD_ID] * per_group + [VISION_END_ID]
     else: ids += [VISION_START_ID] + [VIDEO_PAD_ID] * (t * per_group) + [VISION_END_ID]
     ids += txt(question_len) + [IM_END_ID] + txt(1) + [IM_START_ID] + txt(2)
-    ids = torch.tensor(ids)  # (P,)
+    ids = torch.tensor(ids, device="cpu")  # (P,) built here, moved by `to`
     mm = (ids == VIDEO_PAD_ID).long() * 2  # (P,) 2 = video
     D = vc.in_channels * tp * ps * ps
-    pix = torch.randn(t * h * h, D, generator=g)  # (patches, D)
-    return SampleInputs("bench", ids, mm, len(ids), pixel_values_videos=pix, video_grid_thw=torch.tensor([[t, h, h]]),
-                        second_per_grid_ts=torch.tensor([1.0]) if fam == "qwen2_5_vl" else None)
+    pix = torch.randn(t * h * h, D, generator=g, device="cpu")  # (patches, D)
+    return SampleInputs("bench", ids, mm, len(ids), pixel_values_videos=pix, video_grid_thw=torch.tensor([[t, h, h]], device="cpu"),
+                        second_per_grid_ts=torch.tensor([1.0], device="cpu") if fam == "qwen2_5_vl" else None)
 
 
 def to(x: SampleInputs, device, dtype) -> SampleInputs:
@@ -68,7 +68,8 @@ def hf_prompts(model, a, dev, dtype):
     text = proc.apply_chat_template(video_message("Which way does the square move?"), add_generation_prompt=True, tokenize=False)
     prompts = []
     for i in range(a.groups):
-        x = torch.randint(0, 256, (a.frames, 3, a.res, a.res), dtype=torch.uint8, generator=torch.Generator().manual_seed(i))
+        x = torch.randint(0, 256, (a.frames, 3, a.res, a.res), dtype=torch.uint8, generator=torch.Generator().manual_seed(i),
+                          device="cpu")
         meta = VideoMetadata(2.0, list(range(a.frames)), a.frames, a.frames / 2, a.res, a.res, "synthetic")
         prompts.append(to(text_inputs(proc, text, Media(videos=[x], video_meta=[meta]), f"p{i}"), dev, dtype))
     return proc, prompts

@@ -371,7 +371,7 @@ class SampleInputs:
 
     @property
     def completion_mask(self) -> torch.Tensor:  # (L,) bool
-        m = torch.zeros(len(self.input_ids), dtype=torch.bool)
+        m = torch.zeros(len(self.input_ids), dtype=torch.bool, device=self.input_ids.device)
         m[self.prompt_len:] = True
         return m
 
@@ -465,7 +465,7 @@ def text_inputs(
         prompt_len=out["input_ids"].shape[1],
         pixel_values=out.get("pixel_values"), image_grid_thw=out.get("image_grid_thw"),
         pixel_values_videos=out.get("pixel_values_videos"), video_grid_thw=out.get("video_grid_thw"),
-        second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32),
+        second_per_grid_ts=None if spg is None else torch.as_tensor(spg, dtype=torch.float32, device="cpu"),
         image_keys=_media_keys(media.image_keys, media.images),
         video_keys=_media_keys(media.video_keys, media.videos))
     check_inputs(inputs, processor)
@@ -490,7 +490,9 @@ def with_completion(
     processor,
 ) -> SampleInputs:
     "The training sequence prompt + completion, pixel tensors reused; `completion_mask` marks the completion."
-    ids = torch.as_tensor(completion_ids, dtype=torch.long).reshape(-1)  # (C,)
+    # on the prompt's device: the two are joined below
+    dev = inputs.input_ids.device
+    ids = torch.as_tensor(completion_ids, dtype=torch.long, device=dev).reshape(-1)  # (C,)
     if ((ids == processor.image_token_id) | (ids == processor.video_token_id)).any():
         raise PlaceholderMismatch(f"sample {inputs.sample_id}: the completion holds image/video "
                                   "placeholder tokens (ban them during generation)")
@@ -574,9 +576,11 @@ def collate(
         raise ValueError("some video samples have second_per_grid_ts and some do not: "
                          "samples of two model families mixed?")
     B, L = len(items), max(len(x.input_ids) for x in items)
-    ids = torch.full((B, L), pad_id, dtype=torch.long)       # (B, L)
-    mask, mm = torch.zeros(B, L, dtype=torch.long), torch.zeros(B, L, dtype=items[0].mm_token_type_ids.dtype)
-    comp = torch.zeros(B, L, dtype=torch.bool)
+    dev = items[0].input_ids.device  # the items' device: a batch of model inputs is built where they live
+    ids = torch.full((B, L), pad_id, dtype=torch.long, device=dev)  # (B, L)
+    mask = torch.zeros(B, L, dtype=torch.long, device=dev)  # (B, L)
+    mm = torch.zeros(B, L, dtype=items[0].mm_token_type_ids.dtype, device=dev)  # (B, L)
+    comp = torch.zeros(B, L, dtype=torch.bool, device=dev)  # (B, L)
     for i, x in enumerate(items):
         n = len(x.input_ids)
         s = slice(0, n) if pad_side == "right" else slice(L - n, L)

@@ -100,6 +100,7 @@ def group_index(
     n: int,  # number of rows
     group_size: int | None = None,  # consecutive rows per group
     group_ids: Sequence | Tensor | None = None,  # or one group label per row (any hashable)
+    device: torch.device | str = "cpu",  # where the index is made: the rewards' device
 ) -> tuple[Tensor, int]:  # (N,) group index of each row, number of groups
     "Map each row to a dense group index."
     if (group_size is None) == (group_ids is None):
@@ -107,23 +108,27 @@ def group_index(
     if group_ids is None:
         if n % group_size:
             raise ValueError(f"group_advantages: {n} rewards do not split into groups of {group_size}")
-        return torch.arange(n) // group_size, n // group_size
+        return torch.arange(n, device=device) // group_size, n // group_size
     if len(group_ids) != n: raise ValueError(f"group_advantages: {len(group_ids)} group_ids for {n} rewards")
     if isinstance(group_ids, Tensor): labels = group_ids.tolist()
     else: labels = list(group_ids)
     dense = {}
-    idx = torch.tensor([dense.setdefault(g, len(dense)) for g in labels])
+    idx = torch.tensor([dense.setdefault(g, len(dense)) for g in labels], device=device)
     return idx, len(dense)
 
 # %% ../nbs/06_grpo.ipynb #c414956b
+def _data_device(x) -> torch.device:
+    "The device of a tensor; the CPU for Python numbers (rewards and lengths are computed there)."
+    return x.device if isinstance(x, Tensor) else torch.device("cpu")
+
 def _normalise_in_groups(r, idx, n_g, eps, scale):
     "Centre `r` (N,) within groups; scale by the group std ('std'), the RLOO factor ('rloo') or nothing."
     ones = torch.ones_like(r)
-    cnt = torch.zeros(n_g, dtype=r.dtype).index_add_(0, idx, ones)  # (n_g,)
-    mean = torch.zeros(n_g, dtype=r.dtype).index_add_(0, idx, r) / cnt  # (n_g,)
+    cnt = r.new_zeros(n_g).index_add_(0, idx, ones)  # (n_g,)
+    mean = r.new_zeros(n_g).index_add_(0, idx, r) / cnt  # (n_g,)
     dev = r - mean[idx]  # (N,)
     if scale == "std":
-        var = torch.zeros(n_g, dtype=r.dtype).index_add_(0, idx, dev**2) / (cnt - 1).clamp(min=1)  # (n_g,)
+        var = r.new_zeros(n_g).index_add_(0, idx, dev**2) / (cnt - 1).clamp(min=1)  # (n_g,)
         dev = dev / (var.sqrt()[idx] + eps)
     elif scale == "rloo": dev = dev * (cnt / (cnt - 1).clamp(min=1))[idx]
     return dev  # (N,)
@@ -131,9 +136,9 @@ def _normalise_in_groups(r, idx, n_g, eps, scale):
 def _constant_groups(r, idx, n_g):
     "(n_g,) True where every reward column is constant within the group."
     K = r.shape[1]
-    hi = torch.full((n_g, K), -math.inf, dtype=r.dtype).scatter_reduce(
+    hi = r.new_full((n_g, K), -math.inf).scatter_reduce(
         0, idx[:, None].expand(-1, K), r, "amax")
-    lo = torch.full((n_g, K), math.inf, dtype=r.dtype).scatter_reduce(
+    lo = r.new_full((n_g, K), math.inf).scatter_reduce(
         0, idx[:, None].expand(-1, K), r, "amin")
     return (hi == lo).all(1)  # (n_g,)
 
@@ -141,7 +146,8 @@ def _constant_groups(r, idx, n_g):
 def _batch_whiten(adv, eps, stats_reduce):
     "Divide by the batch std of the advantages; `stats_reduce` sums (count, sum, sum of squares) over ranks."
     s = torch.stack([adv.new_tensor(float(len(adv))), adv.sum(), (adv**2).sum()])  # (3,)
-    if stats_reduce is not None: s = torch.as_tensor(stats_reduce(s), dtype=adv.dtype).reshape(3)
+    if stats_reduce is not None:
+        s = torch.as_tensor(stats_reduce(s), dtype=adv.dtype, device=adv.device).reshape(3)
     n, tot, sq = s.tolist()
     if n < 2: return adv
     var = max((sq - tot * tot / n) / (n - 1), 0.0)  # unbiased, like Tensor.std
@@ -159,15 +165,15 @@ def group_advantages(
     "Group-relative advantages and the number of zero-variance groups."
     if method not in ADV_METHODS:
         raise ValueError(f"group_advantages: method {method!r} not in {ADV_METHODS}")
-    r = torch.as_tensor(rewards, dtype=torch.float64)
+    r = torch.as_tensor(rewards, dtype=torch.float64, device=_data_device(rewards))
     r = r[:, None] if r.ndim == 1 else r  # (N, K)
     if r.shape[1] > 1 and method != "gdpo":
         raise ValueError(f"group_advantages: {method} takes (N,) rewards, got {tuple(r.shape)}")
-    idx, n_g = group_index(len(r), group_size, group_ids)
+    idx, n_g = group_index(len(r), group_size, group_ids, device=r.device)
     const = _constant_groups(r, idx, n_g)  # (n_g,)
     if method == "gdpo":
-        w = (torch.ones(r.shape[1], dtype=r.dtype) if weights is None
-             else torch.as_tensor(weights, dtype=r.dtype))
+        w = (r.new_ones(r.shape[1]) if weights is None
+             else torch.as_tensor(weights, dtype=r.dtype, device=r.device))
         # (N,)
         adv = sum(w[k] * _normalise_in_groups(r[:, k], idx, n_g, eps, "std") for k in range(r.shape[1]))
     else:
@@ -184,9 +190,9 @@ def group_has_signal(
     group_ids: Sequence | Tensor | None = None,  # or a group label per row
 ) -> Tensor:  # (n_g,) bool, in group_index order
     "Which groups carry a learning signal: rewards not all equal (DAPO's dynamic-sampling filter)."
-    r = torch.as_tensor(rewards, dtype=torch.float64)
+    r = torch.as_tensor(rewards, dtype=torch.float64, device=_data_device(rewards))
     r = r[:, None] if r.ndim == 1 else r  # (N, K)
-    idx, n_g = group_index(len(r), group_size, group_ids)
+    idx, n_g = group_index(len(r), group_size, group_ids, device=r.device)
     return ~_constant_groups(r, idx, n_g)
 
 # %% ../nbs/06_grpo.ipynb #68c905bd
@@ -215,7 +221,7 @@ def overlong_penalty(
     "DAPO's soft overlong punishment: 0 up to max_len - buffer, linear to -factor at max_len, -factor beyond."
     if not 0 < buffer <= max_len:
         raise ValueError(f"overlong_penalty: overlong_buffer must be in (0, max_len={max_len}], got {buffer}")
-    L = torch.as_tensor(lengths, dtype=torch.float64)  # (N,)
+    L = torch.as_tensor(lengths, dtype=torch.float64, device=_data_device(lengths))  # (N,)
     return (((max_len - buffer) - L) / buffer).clamp(-1.0, 0.0).mul(factor).float()
 
 # %% ../nbs/06_grpo.ipynb #b9b59290
@@ -320,7 +326,7 @@ def check_loss_config(
         raise ValueError(f"loss_method='gspo' is a mean over sequences of a sequence-level objective: set "
                          f"loss_agg='seq_mean_token_mean', got loss_agg={agg!r} "
                          "(it would weigh long sequences more)")
-    if agg == "seq_mean_token_sum_norm": _constant_len(max_len, torch.zeros(0))
+    if agg == "seq_mean_token_sum_norm": _constant_len(max_len, torch.zeros(0, device="cpu"))
 
 # %% ../nbs/06_grpo.ipynb #9417567b
 def policy_loss(
@@ -515,7 +521,7 @@ def grpo_step(
 def _clip_and_step(params, optimizer, max_grad_norm, skip_nonfinite):
     "Clip the gradient norm and step; a non-finite gradient raises, or skips the step when asked."
     grads = [p for p in params if p.grad is not None]
-    if not grads: norm = torch.zeros(())
+    if not grads: norm = torch.zeros((), device="cpu")
     else:
         norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm if max_grad_norm is not None else math.inf)
     finite = bool(torch.isfinite(norm))
@@ -576,7 +582,7 @@ def sample_tokens(
 ) -> tuple[Tensor, Tensor]:  # ids (B, T), mask (B, T)
     "Sample completions from the toy policy; tokens after EOS are padding (mask 0)."
     B = len(prompts)
-    ids = torch.zeros(B, 0, dtype=torch.long)
+    ids = torch.zeros(B, 0, dtype=torch.long, device=prompts.device)
     for t in range(policy.max_len):
         logits = policy(prompts, torch.cat([ids, ids.new_zeros(B, 1)], 1))[:, -1] / temperature  # (B, V)
         nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
@@ -610,16 +616,16 @@ def train_bandit(
     "GRPO on a contextual bandit: each prompt's correct option among A-D, one answer token."
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    gt = [LETTERS[i] for i in torch.randint(0, 4, (n_prompts,), generator=gen).tolist()]
+    gt = [LETTERS[i] for i in torch.randint(0, 4, (n_prompts,), generator=gen, device="cpu").tolist()]
     policy = TinyPolicy(n_prompts, vocab=4, max_len=1)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
-    prompts = torch.arange(n_prompts).repeat_interleave(G)  # (P*G,)
+    prompts = torch.arange(n_prompts, device="cpu").repeat_interleave(G)  # (P*G,)
     logp_fn = lambda mb: token_logprobs(policy(mb.inputs["prompts"], mb.inputs["ids"]), mb.inputs["ids"])
     acc, stats = [], []
     for step in range(steps):
         ids, mask = sample_tokens(policy, prompts, generator=gen)  # (P*G, 1)
         answers, truth = [LETTERS[i] for i in ids[:, 0].tolist()], [gt[p] for p in prompts.tolist()]
-        rewards = torch.tensor([reward_fn(a, t) for a, t in zip(answers, truth)])  # (P*G,)
+        rewards = torch.tensor([reward_fn(a, t) for a, t in zip(answers, truth)], device="cpu")  # (P*G,)
         acc.append(sum(a == t for a, t in zip(answers, truth)) / len(answers))
         adv, _ = group_advantages(rewards, group_size=G, method=adv_method)  # (P*G,)
         stats.append(grpo_step(logp_fn, [MicroBatch(dict(prompts=prompts, ids=ids), mask, adv)], opt,

@@ -357,7 +357,7 @@ def group_micro_batches(
         if n > len(x):
             raise ValueError(f"group_micro_batches: group {g} ({p.sample_id}) has {len(x)} completions, "
                              f"fewer than {n} chunks")
-        bounds = (torch.linspace(0, len(x), n + 1).round().long().tolist() if n_chunks
+        bounds = (torch.linspace(0, len(x), n + 1, device="cpu").round().long().tolist() if n_chunks
                   else [min(i * chunk_size, len(x)) for i in range(n + 1)])
         for i in range(n):
             s = slice(bounds[i], bounds[i + 1])

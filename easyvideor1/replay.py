@@ -232,14 +232,15 @@ def pad_trajectories(
 ) -> dict[str, Tensor]:
     "Right-pad trajectories into ids / mask (B, T), is_offline / truncated (B,) and behaviour_logp (B, T)."
     B, T = len(trajs), max(len(t.ids) for t in trajs)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    mask, blp = torch.zeros(B, T), torch.full((B, T), math.nan)
+    # built on the CPU from Python lists, then moved to the model's device in one copy per tensor
+    ids = torch.full((B, T), pad_id, dtype=torch.long, device="cpu")  # (B, T)
+    mask, blp = torch.zeros(B, T, device="cpu"), torch.full((B, T), math.nan, device="cpu")  # (B, T) each
     for i, t in enumerate(trajs):
-        ids[i, : len(t.ids)], mask[i, : len(t.ids)] = (torch.tensor(t.ids),
+        ids[i, : len(t.ids)], mask[i, : len(t.ids)] = (torch.tensor(t.ids, device="cpu"),
                                                        0.0 if (mask_truncated and t.truncated) else 1.0)
-        if t.logp is not None: blp[i, : len(t.logp)] = torch.tensor(t.logp)
-    return dict(ids=ids, mask=mask, is_offline=torch.tensor([t.is_offline for t in trajs]),
-                truncated=torch.tensor([t.truncated for t in trajs]), behaviour_logp=blp)
+        if t.logp is not None: blp[i, : len(t.logp)] = torch.tensor(t.logp, device="cpu")
+    return dict(ids=ids, mask=mask, is_offline=torch.tensor([t.is_offline for t in trajs], device="cpu"),
+                truncated=torch.tensor([t.truncated for t in trajs], device="cpu"), behaviour_logp=blp)
 
 # %% ../nbs/07_replay.ipynb #cddfadf5
 def offpolicy_token_loss(
@@ -315,7 +316,7 @@ def numeric_reward(response: str, gt: str) -> float:
 # %% ../nbs/07_replay.ipynb #8289b4e3
 def _rollout(policy, tok, prompts, n_online, gen):
     "Sample each prompt's online rollouts as Trajectories (the toy's rollout phase)."
-    P = torch.tensor([p for p, n in zip(prompts, n_online) for _ in range(n)])
+    P = torch.tensor([p for p, n in zip(prompts, n_online) for _ in range(n)], device="cpu")
     ids, mask = sample_tokens(policy, P, eos_id=eot_id(tok), generator=gen)  # (sum n, T)
     trajs = []
     for row, m in zip(ids.tolist(), mask.tolist()):
@@ -343,7 +344,7 @@ def train_sparse(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     tok = char_tokenizer("0123456789")
-    answers = [str(x) for x in torch.randint(1000, 10000, (n_prompts,), generator=gen).tolist()]
+    answers = [str(x) for x in torch.randint(1000, 10000, (n_prompts,), generator=gen, device="cpu").tolist()]
     samples = [dict(problem_id=i, has_offline_trajectory=True, offline_output=a)
                for i, a in enumerate(answers)]
     policy = TinyPolicy(n_prompts, vocab=len(tok), max_len=6)
@@ -371,7 +372,7 @@ def train_sparse(
             if t.is_offline: t.reward = reward_fn(t.text, answers[i])
         adv, n_zero = group_advantages([t.reward for t in trajs], group_ids=gids)  # (B,)
         b = pad_trajectories(trajs)
-        mb = MicroBatch(dict(prompts=torch.tensor(gids), ids=b["ids"]), b["mask"], adv,
+        mb = MicroBatch(dict(prompts=torch.tensor(gids, device="cpu"), ids=b["ids"]), b["mask"], adv,
                         behaviour_logp=b["behaviour_logp"], is_offline=b["is_offline"])
         st = grpo_step(logp_fn, [mb], opt, token_loss_fn=offpolicy_loss_fn(offpolicy), **step_kw)
         on = [t for t in trajs if not t.is_offline]

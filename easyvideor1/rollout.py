@@ -112,10 +112,11 @@ def demo_prompts(family: str, processor, seed: int = 0) -> list[RolloutPrompt]:
     from easyvideor1.video import VideoMetadata
     from easyvideor1.models import video_message, image_message
     g, F = torch.Generator().manual_seed(seed), (28 if family == "qwen2_5_vl" else 32)
-    frames = torch.randint(0, 256, (8, 3, 4 * F, 4 * F), dtype=torch.uint8, generator=g)  # (T, C, H, W)
+    # (T, C, H, W) on the CPU, as frames from the cache are
+    frames = torch.randint(0, 256, (8, 3, 4 * F, 4 * F), dtype=torch.uint8, generator=g, device="cpu")
     meta = VideoMetadata(fps=4.0, frames_indices=list(range(0, 32, 4)), total_num_frames=32, duration=8.0,
                          width=4 * F, height=4 * F, backend="decord")
-    image = torch.randint(0, 256, (3, 2 * F, 3 * F), dtype=torch.uint8, generator=g)  # (C, H, W)
+    image = torch.randint(0, 256, (3, 2 * F, 3 * F), dtype=torch.uint8, generator=g, device="cpu")  # (C,H,W)
     text = lambda m: processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
     video = Media(videos=[frames], video_meta=[meta])
     return [RolloutPrompt(text(video_message("Which way does the square move?")), video),
@@ -150,7 +151,9 @@ from transformers import LogitsProcessor
 class InverseCDFSampler(LogitsProcessor):
     "Draws each row's next token from softmax(z / T) without banned ids; records its full-softmax log-prob."
     def __init__(self, temperature: float, banned_ids=()):
-        self.t, self.banned, self.logps = temperature, torch.tensor(list(banned_ids), dtype=torch.long), []
+        self.t, self.logps = temperature, []
+        # moved to where the scores are at each call
+        self.banned = torch.tensor(list(banned_ids), dtype=torch.long, device="cpu")
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         z = scores.float() / self.t                               # (n, V)
@@ -173,7 +176,7 @@ class InverseCDFSampler(LogitsProcessor):
 class GreedySampler(LogitsProcessor):
     "Takes each row's most likely token without banned ids and records its log-prob under the full softmax."
     def __init__(self, banned_ids=()):
-        self.banned, self.logps = torch.tensor(list(banned_ids), dtype=torch.long), []
+        self.banned, self.logps = torch.tensor(list(banned_ids), dtype=torch.long, device="cpu"), []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         z = scores.float()                                                             # (n, V)
@@ -195,7 +198,7 @@ def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, imag
     grids = {1: iter([] if image_grid_thw is None else image_grid_thw.tolist()),
              2: iter([] if video_grid_thw is None else video_grid_thw.tolist())}
     spg = iter([1.0] * input_ids.shape[1] if second_per_grid_ts is None
-               else torch.as_tensor(second_per_grid_ts).tolist())
+               else torch.as_tensor(second_per_grid_ts, device="cpu").tolist())
     pos = torch.zeros(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)  # (3, B, L)
     deltas = []
     for b in range(input_ids.shape[0]):
@@ -205,15 +208,16 @@ def released_rope_index(core, input_ids: Tensor, mm_token_type_ids: Tensor, imag
         for kind, run in itertools.groupby(mm_token_type_ids[b][keep].tolist()):
             if kind == 0:
                 L = len(list(run))
-                parts.append(torch.arange(L).expand(3, -1) + cur)
+                parts.append(torch.arange(L, device=input_ids.device).expand(3, -1) + cur)
                 cur += L
                 continue
             t, h, w = next(grids[kind])
             h, w = h // merge, w // merge
             step = tps * next(spg) if kind == 2 else 1
-            ti = (torch.arange(t) * step).long().view(-1, 1, 1).expand(t, h, w).flatten()
-            hi = torch.arange(h).view(1, -1, 1).expand(t, h, w).flatten()
-            wi = torch.arange(w).view(1, 1, -1).expand(t, h, w).flatten()
+            dev = input_ids.device
+            ti = (torch.arange(t, device=dev) * step).long().view(-1, 1, 1).expand(t, h, w).flatten()
+            hi = torch.arange(h, device=dev).view(1, -1, 1).expand(t, h, w).flatten()
+            wi = torch.arange(w, device=dev).view(1, 1, -1).expand(t, h, w).flatten()
             blk = torch.stack([ti, hi, wi]) + cur  # (3, t*h*w)
             parts.append(blk)
             cur = int(blk.max()) + 1  # the released rule: the next text starts after the block's largest id

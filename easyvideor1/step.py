@@ -326,7 +326,7 @@ def mismatch_warning(row: dict, min_corr: float = 0.9, max_gap: float = 0.05) ->
 def rollout_mismatch(model, prompts, groups, *, micro_batch_size: int, pad_id: int,
                      shared_prefix: bool = True, temperature: float = 1.0) -> dict:
     "The mismatch metrics of a step that updates nothing: one no-grad pass at the rollout weights."
-    zeros = torch.zeros(sum(len(g) for g in groups))  # no advantage: nothing is trained
+    zeros = torch.zeros(sum(len(g) for g in groups), device="cpu")  # no advantage: nothing is trained
     _, mbs = step_micro_batches(prompts, groups, zeros, micro_batch_size, pad_id)
     fn = PrefixLogp(model, shared_prefix, temperature)
     with torch.no_grad():
@@ -381,7 +381,7 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
         stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg,
                           n_total=n_total, rollout_is=rollout_is, rollout_is_cap=rollout_is_cap, **step_kw)
     stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
-    stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0)))
+    stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0, device="cpu")))
     return stats
 
 # %% ../nbs/09g_step.ipynb #19a9753c

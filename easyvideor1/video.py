@@ -99,7 +99,7 @@ def frame_range(total_frames:int, video_fps:float, start:float|None=None,
 # %% ../nbs/02_video.ipynb #eafcb97c
 def sample_indices(start_frame:int, end_frame:int, n:int) -> list[int]:
     "n frame indices spread uniformly over [start_frame, end_frame]."
-    return torch.linspace(start_frame, end_frame, n).round().long().tolist()
+    return torch.linspace(start_frame, end_frame, n, device="cpu").round().long().tolist()
 
 # %% ../nbs/02_video.ipynb #f3edbc9b
 def video_max_pixels(nframes:int, factor:int, min_pixels:int|None=None, max_pixels:int|None=None,

@@ -63,7 +63,7 @@ def sft_micro_batches(prompts, trajs, processor, micro_batch_size: int, answer_o
         if answer_only:
             span = torch.zeros_like(mask)
             for i, (row, m) in enumerate(zip(ids, spans)):
-                span[i, T - len(row):] = torch.tensor(m[:len(row)], dtype=mask.dtype)
+                span[i, T - len(row):] = torch.tensor(m[:len(row)], dtype=mask.dtype, device=mask.device)
             mask = mask * span
         out.append(MicroBatch(b, mask, torch.ones(len(seqs), device=b.input_ids.device)))
     return out
@@ -110,9 +110,10 @@ def option_targets(trajs, samples, tokenizer, T: int, smoothing: float,
     `smoothed_logp` trains only the output layer there)."""
     swaps = [option_swaps(t, s.options, tokenizer) for t, s in zip(trajs, samples)]
     K = max((len(s) for s in swaps), default=0)
-    ids = [torch.zeros(len(trajs), T, dtype=torch.long) for _ in range(K)]
-    w = [torch.zeros(len(trajs), T) for _ in range(K)]
-    prior = torch.zeros(len(trajs), T, dtype=torch.bool)
+    # built on the CPU from Python lists; `_smoothed_logp` moves them to the logits' device
+    ids = [torch.zeros(len(trajs), T, dtype=torch.long, device="cpu") for _ in range(K)]  # (B, T) each
+    w = [torch.zeros(len(trajs), T, device="cpu") for _ in range(K)]  # (B, T) each
+    prior = torch.zeros(len(trajs), T, dtype=torch.bool, device="cpu")  # (B, T)
     for i, (t, sw) in enumerate(zip(trajs, swaps)):
         uni = bool(uniform and uniform[i])
         for k, (j, tok) in enumerate(sw):
@@ -273,10 +274,10 @@ def probe_summary(rows: list[dict]) -> dict[str, dict]:
     out = {}
     for src in sorted({r["source"] for r in rows}):
         rs = [r for r in rows if r["source"] == src]
-        p_first = torch.tensor([r["p"][0] for r in rs])
+        p_first = torch.tensor([r["p"][0] for r in rs], device="cpu")  # the probe keeps its rows on the CPU
         right = [r["p"][r["letters"].index(r["answer"])] if r["answer"] in r["letters"] else float("nan")
                  for r in rs]
-        y = torch.tensor([r["answer"] == r["letters"][0] for r in rs])
+        y = torch.tensor([r["answer"] == r["letters"][0] for r in rs], device="cpu")
         gap, within = _gap(torch.stack([r["h"] for r in rs]), y)
         out[src] = dict(n=len(rs), p_right=float(np.nanmean(right)),
                         spread=float(p_first.std(unbiased=False)), gap=gap, within=within)

@@ -1197,11 +1197,16 @@ def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixel
             ImageContract(max_pixels=image_max_pixels, factor=factor))
 
 # %% ../nbs/11_evaluate.ipynb #f7a4e6a5
-def load_hf_engine(model_dir):
+def load_hf_engine(model_dir,
+                   device: str = "auto",  # "auto": the GPU where there is one, else the CPU
+                  ):
     "The rollout module's `HFEngine` over a model folder (model + processor, `save_vlm`), in eval mode."
     from easyvideor1.models import qwen_vlm, qwen_processor
     from easyvideor1.rollout import HFEngine
-    return HFEngine(qwen_vlm(model_dir).eval(), qwen_processor(model_dir))
+    if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
+    # bf16 on a GPU (the released weights' type); float32 on the CPU, where bf16 matmuls are slow
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    return HFEngine(qwen_vlm(model_dir, dtype=dtype, device=device).eval(), qwen_processor(model_dir))
 
 # %% ../nbs/11_evaluate.ipynb #0b239b96
 def _parser():
@@ -1249,6 +1254,8 @@ def _parser():
                    help="items whose prompt is longer are recorded as failed, never generated")
     r.add_argument("--enforce-eager", action="store_true",
                    help="vllm: no CUDA graphs / compilation (CPU, quick starts)")
+    r.add_argument("--device", default="auto",
+                   help="hf: where the model runs (auto: the GPU where there is one)")
     r.add_argument("--dtype", default="auto", help="vllm: weight dtype (auto: bfloat16 on CPU and GPU)")
     r.add_argument("--oracle-delay", type=float, default=0.0,
                    help="seconds per batch for --engine oracle (tests)")
@@ -1266,7 +1273,7 @@ def _engine_from_args(a, family):
     "The engine, and the sampling settings its manifest records."
     sampling = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed)
     if a.engine == "oracle": return OracleEngine(a.oracle_delay), {"oracle_delay": a.oracle_delay}
-    if a.engine == "hf": return load_hf_engine(a.model), sampling
+    if a.engine == "hf": return load_hf_engine(a.model, a.device), sampling
     # profile vLLM for what the contract can produce
     side = int(math.sqrt(a.max_pixels)) if a.max_pixels else None
     dummy = {"num_frames": a.max_frames, **({"width": side, "height": side} if side else {})}

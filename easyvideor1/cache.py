@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_cache.ipynb #02906ea4
 from __future__ import annotations
-import hashlib, json, os, time
+import hashlib, importlib, json, os, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .video import (VideoContract, ImageContract, VideoMetadata, load_video, load_image,
-                               DECODE_TIMEOUT, MediaDecodeError)
+                               DECODE_TIMEOUT, MediaDecodeError, VIDEO_BACKENDS)
 from .synthetic import atomic_write, atomic_write_text, sweep_tmp
 
 # %% auto #0
@@ -76,9 +76,11 @@ class CacheStats:
 # %% ../nbs/03_cache.ipynb #cd1e0012
 def _window_tag(start, end) -> str: return "" if start is None and end is None else f"-w{start}_{end}"
 
-def _decoder_versions() -> dict:
-    import av, decord
-    return dict(av=av.__version__, decord=decord.__version__, torch=torch.__version__)
+def _decoder_versions(contract) -> dict:
+    "Versions of what made an entry's frames: the video contract's decoder (PIL for images) and torch."
+    if isinstance(contract, VideoContract): mod = importlib.import_module(VIDEO_BACKENDS[contract.backend])
+    else: import PIL as mod
+    return {mod.__name__: mod.__version__, "torch": torch.__version__}
 
 # %% ../nbs/03_cache.ipynb #a23434c3
 class FrameCache:
@@ -133,7 +135,7 @@ def _store(self:FrameCache, key:str, path, contract, frames:torch.Tensor, meta:V
                 source=dict(path=str(Path(path).resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns,
                             digest=self.digest(path)),
                 window=[start, end], contract=contract.to_dict(), contract_hash=contract.hash,
-                meta=asdict(meta) if meta is not None else None, versions=_decoder_versions(),
+                meta=asdict(meta) if meta is not None else None, versions=_decoder_versions(contract),
                 created=time.time())
     atomic_write_text(js, json.dumps(info, indent=1))
     self.stats.bytes_written += frames.numel()

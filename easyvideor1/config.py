@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .lora import LORA_TARGET
 from .synthetic import atomic_write_text, make_suite
 from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
-from .video import ImageContract, VideoContract
+from .video import ImageContract, VideoContract, video_backend
 
 # %% auto #0
 __all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'lr_lambda',
@@ -67,6 +67,8 @@ class TrainConfig:
     video_min_pixels: int = 3136  # per frame
     video_max_pixels: int = 12544  # per frame (112 x 112)
     video_total_pixels: int = 0  # per video, 0 = no extra cap
+    video_backend: str = "auto"  # video decoder: decord, pyav, or auto (decord where `import decord` works, else
+    #   PyAV); recorded in the video contract, so a resume under another decoder is refused
     image_min_pixels: int = 3136  # per image
     image_max_pixels: int = 12544  # per image
     cache_dir: str = ""  # frame cache folder ("" = output_dir/cache)
@@ -210,7 +212,7 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
     "lora_rank": _at_least(0), "lora_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "offline_fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "sft_option_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "sft_format_prior": _choices("network", "rows"),
+    "sft_format_prior": _choices("network", "rows"), "video_backend": _choices("auto", "decord", "pyav"),
     "vision_feature_cache": _choices("auto", "off"),
     "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"), "dtype": _choices("float32", "bfloat16"),
     "engine": _choices("hf", "vllm", "vllm_server"),
@@ -234,6 +236,8 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
     if cfg.overlong_buffer > cfg.max_new_tokens:
         raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= "
                          f"max_new_tokens={cfg.max_new_tokens}")
+    try: video_backend(cfg.video_backend)  # the decoder must import here: fail before the model is built
+    except ImportError as e: raise ValueError(f"config: video_backend={cfg.video_backend!r}: {e}") from None
     return cfg
 
 # %% ../nbs/09e_config.ipynb #e1987325
@@ -285,7 +289,7 @@ def contracts(cfg: TrainConfig, family: str) -> tuple[VideoContract, ImageContra
     "The run's video and image contracts (separate budgets) for a model family."
     vc = VideoContract.for_family(family, fps=cfg.video_fps, max_frames=cfg.video_max_frames,
                                   min_pixels=cfg.video_min_pixels, max_pixels=cfg.video_max_pixels,
-                                  total_pixels=cfg.video_total_pixels or None)
+                                  total_pixels=cfg.video_total_pixels or None, backend=cfg.video_backend)
     ic = ImageContract.for_family(family, min_pixels=cfg.image_min_pixels, max_pixels=cfg.image_max_pixels)
     return vc, ic
 

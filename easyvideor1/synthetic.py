@@ -11,7 +11,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-import av
 import numpy as np
 import torch
 from PIL import Image
@@ -389,6 +388,7 @@ def write_video(path: str | Path,  # destination .mp4
     T, H, W, C = x.shape
     if C != 3: raise ValueError(f"{path}: need RGB frames, got {C} channel(s)")
     if H % 2 or W % 2: raise ValueError(f"{path}: yuv420p needs even width and height, got {W}x{H}")
+    import av  # PyAV loads where a video is written: importing the package needs no media library
     def write(tmp):
         with av.open(str(tmp), "w", format="mp4") as c:
             s = c.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
@@ -408,6 +408,7 @@ def write_image(path: str | Path, frame) -> Path:
 # %% ../nbs/00_synthetic.ipynb #e3efd592
 def decode_mp4(path: str | Path) -> tuple[torch.Tensor, float]:
     "Every frame of a video file as uint8 (T, C, H, W), and its average fps."
+    import av
     with av.open(str(path)) as c:
         s = c.streams.video[0]
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(s)]

@@ -13,7 +13,7 @@ from PIL import Image
 
 from .data import (Sample, DataError, iter_rows, _parse_row, build_prompt, clip_window,
                               format_options, prompt_family)
-from .video import run_with_deadline
+from .video import run_with_deadline, video_backend
 
 
 # %% auto #0
@@ -118,16 +118,34 @@ def _probe_image(path: Path, max_pixels: int):
                              f"more than max_source_pixels={max_pixels}")
         im.verify()
 
-def _probe_video(path: Path, max_pixels: int):
+def _check_frame_size(path: Path, w: int, h: int, max_pixels: int):
+    if w * h > max_pixels:
+        raise InvalidRow(f"video {path} is {w}x{h} = {w * h} pixels a frame, "
+                         f"more than max_source_pixels={max_pixels}")
+
+def _probe_video_decord(path: Path, max_pixels: int):
     import decord
     vr = decord.VideoReader(str(path), num_threads=1)
     n = len(vr)
     if n == 0: raise InvalidRow(f"video {path} has no frames")
     h, w = vr[0].shape[:2]
-    if w * h > max_pixels:
-        raise InvalidRow(f"video {path} is {w}x{h} = {w * h} pixels a frame, "
-                         f"more than max_source_pixels={max_pixels}")
+    _check_frame_size(path, w, h, max_pixels)
     vr[n - 1]  # the last frame decodes: the file is not truncated
+
+def _probe_video_pyav(path: Path, max_pixels: int):
+    import av
+    with av.open(str(path)) as c:
+        if not c.streams.video: raise InvalidRow(f"video {path} has no video stream")
+        st = c.streams.video[0]
+        announced = st.frames  # 0 where the header has no count (webm, mkv)
+        _check_frame_size(path, st.codec_context.width, st.codec_context.height, max_pixels)
+        if next(c.decode(st), None) is None: raise InvalidRow(f"video {path} has no frames")
+    # PyAV reaches the last frame only by decoding them all: count the packets instead (no decoding)
+    with av.open(str(path)) as c: n = sum(1 for p in c.demux(c.streams.video[0]) if p.size)
+    if n < announced: raise InvalidRow(f"video {path} is truncated: {announced} frames announced, {n} found")
+
+def _probe_video(path: Path, max_pixels: int):
+    (_probe_video_decord if video_backend() == "decord" else _probe_video_pyav)(path, max_pixels)
 
 def probe_media(path, kind: str,  # "video" or "image"
                 max_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,  # pixels of one source frame, at most

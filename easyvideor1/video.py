@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_video.ipynb #eba3f16b
 from __future__ import annotations
-import hashlib, json, math, threading
+import hashlib, importlib, json, math, threading
 from dataclasses import dataclass, asdict, field, fields
 from pathlib import Path
 
@@ -16,10 +16,10 @@ from PIL import Image
 # %% auto #0
 __all__ = ['PREPROCESS_VERSION', 'FRAME_FACTOR', 'FPS', 'FPS_MIN_FRAMES', 'FPS_MAX_FRAMES', 'VIDEO_MIN_TOKENS',
            'VIDEO_MAX_TOKENS', 'IMAGE_MIN_TOKENS', 'IMAGE_MAX_TOKENS', 'MODEL_SEQ_LEN', 'MAX_RATIO', 'FAMILY_FACTOR',
-           'DECODE_TIMEOUT', 'round_by_factor', 'ceil_by_factor', 'floor_by_factor', 'smart_resize', 'smart_nframes',
-           'frame_range', 'sample_indices', 'video_max_pixels', 'VideoContract', 'ImageContract', 'MediaDecodeError',
-           'VideoDecodeError', 'VideoDecodeTimeout', 'ImageDecodeError', 'VideoMetadata', 'run_with_deadline',
-           'resize_frames', 'load_video', 'load_image']
+           'VIDEO_BACKENDS', 'DECODE_TIMEOUT', 'round_by_factor', 'ceil_by_factor', 'floor_by_factor', 'smart_resize',
+           'smart_nframes', 'frame_range', 'sample_indices', 'video_max_pixels', 'video_backend', 'VideoContract',
+           'ImageContract', 'MediaDecodeError', 'VideoDecodeError', 'VideoDecodeTimeout', 'ImageDecodeError',
+           'VideoMetadata', 'run_with_deadline', 'resize_frames', 'load_video', 'load_image']
 
 # %% ../nbs/02_video.ipynb #785e0ade
 PREPROCESS_VERSION = "1"  # bump when decoding / sampling / resizing code changes what frames come out
@@ -134,6 +134,29 @@ class _ContractMixin:
         items = [f"`{k}`={v}" for k, v in asdict(self).items() if v is not None]
         return f"**{type(self).__name__}** `{self.hash[:12]}`: " + ", ".join(items)
 
+# %% ../nbs/02_video.ipynb #7b1d0e42
+VIDEO_BACKENDS = {"decord": "decord", "pyav": "av"}  # backend -> the module it imports (also its pip name)
+
+def _imports(module:str) -> bool:
+    try: importlib.import_module(module)
+    except ImportError: return False
+    return True
+
+def video_backend(requested:str="auto") -> str:
+    "The decoder to record: `requested` if it imports here; 'auto': decord if it imports, else PyAV."
+    if requested == "auto":
+        found = next((b for b, m in VIDEO_BACKENDS.items() if _imports(m)), None)  # dict order: decord first
+        if found is None:
+            raise ImportError("no video decoder imports: `pip install decord` (preferred) or `pip install av`")
+        return found
+    if requested not in VIDEO_BACKENDS:
+        raise ValueError(f"unknown video backend {requested!r}; known: 'auto', "
+                         f"{', '.join(map(repr, VIDEO_BACKENDS))}")
+    if not _imports(VIDEO_BACKENDS[requested]):
+        raise ImportError(f"video backend {requested!r} is not installed: "
+                          f"`pip install {VIDEO_BACKENDS[requested]}` (or ask for backend 'auto')")
+    return requested
+
 # %% ../nbs/02_video.ipynb #e13cb125
 @dataclass(frozen=True)
 class VideoContract(_ContractMixin):
@@ -146,7 +169,7 @@ class VideoContract(_ContractMixin):
     max_pixels: int|None = None      # per frame (default 768 * factor**2, also capped by total_pixels)
     total_pixels: float|None = None  # per video (default 0.9 * 128000 * factor**2)
     factor: int = 28                 # patch size * spatial merge: 28 Qwen2/2.5-VL, 32 Qwen3-VL
-    backend: str = "decord"          # "decord" or "pyav"
+    backend: str = "auto"            # "decord", "pyav" or "auto" (recorded as the one `video_backend` picks)
     version: str = PREPROCESS_VERSION
     kind = "video"
 
@@ -154,7 +177,7 @@ class VideoContract(_ContractMixin):
         if self.nframes is not None and self.fps is not None: object.__setattr__(self, "fps", None)
         _canon(type(self), self, floats=("fps", "total_pixels"),
                ints=("nframes", "min_frames", "max_frames", "min_pixels", "max_pixels", "factor"))
-        if self.backend not in ("decord", "pyav"): raise ValueError(f"unknown video backend {self.backend!r}")
+        object.__setattr__(self, "backend", video_backend(self.backend))  # the hash names the real decoder
         lo = VIDEO_MIN_TOKENS * self.factor**2 if self.min_pixels is None else self.min_pixels
         if self.max_pixels is not None and self.max_pixels < lo:
             raise ValueError(f"VideoContract: max_pixels {self.max_pixels} < min_pixels {lo}")

@@ -37,6 +37,8 @@ def shard_fsdp2(
     if any(p.requires_grad for p in tower):
         raise ValueError("shard_fsdp2: replicate_vision needs a frozen vision tower "
                          "(nothing reduces its gradients)")
+    if {p.dtype for p in root.parameters()} == {param_dtype}:  # the model's own: cast nothing, not even inputs
+        param_dtype = None  # (a bf16 model's fp32 vision rotary tables stay fp32)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in model_blocks(root.model):
         if not tower.isdisjoint(block.parameters()): continue

@@ -195,11 +195,11 @@ def one_rank():
 
 
 @pytest.mark.parametrize("dtype,fsdp_param_dtype,want", [
-    ("bfloat16", "auto", (torch.bfloat16, torch.float32)),  # a bf16 run: bf16 compute, fp32 gradient reduction
+    ("bfloat16", "auto", (None, torch.float32)),  # a bf16 run: bf16 compute (the model's own: nothing cast), fp32 reduction
     ("float32", "bfloat16", (torch.bfloat16, torch.float32)),  # fp32 shards and optimizer state, bf16 compute
-    ("float32", "auto", (torch.float32, torch.float32))])
+    ("float32", "auto", (None, torch.float32))])  # nothing cast; an fp32 reduction is the gradients' own
 def test_make_policy_shards_in_the_config_dtypes(one_rank, dtype, fsdp_param_dtype, want):
-    "make_policy gives every FSDP2 unit the policy of `fsdp_dtypes`; the shards keep the model's dtype."
+    "make_policy gives every unit the policy of `fsdp_dtypes` (param_dtype None where it is the model's); shards keep the model's dtype."
     from easyvideor1.models import qwen_vlm
     from easyvideor1.parallel import fsdp_modules
     from easyvideor1.step import make_policy

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from tqdm.auto import tqdm
@@ -19,8 +20,8 @@ from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract, video_backend
 
 # %% auto #0
-__all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'lr_lambda',
-           'contracts', 'prepare_data', 'valid_samples', 'parse_args']
+__all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'fsdp_dtypes',
+           'lr_lambda', 'contracts', 'prepare_data', 'valid_samples', 'parse_args']
 
 # %% ../nbs/09e_config.ipynb #815ccc2f
 def _task_options():  # the default of `synthetic_task_options`
@@ -61,6 +62,10 @@ class TrainConfig:
     #   language model's attention and MLP; the vision tower stays frozen)
     parallel: str = "ddp"  # ddp (plain model, one flat gradient all-reduce) or fsdp2 (torch fully_shard per
     #   vision block / decoder layer + root; accelerate only launches)
+    fsdp_param_dtype: str = "auto"  # fsdp2: dtype a unit gathers its parameters in and computes in (auto:
+    #   `dtype`; bfloat16 with dtype=float32: bf16 compute over fp32 shards and optimizer state)
+    fsdp_reduce_dtype: str = "auto"  # fsdp2: dtype gradients are reduce-scattered in over the ranks (auto:
+    #   float32, also under bf16 compute)
     # --- media budgets (separate for videos and images)
     video_fps: float = 2.0  # frames sampled per second of video
     video_max_frames: int = 8  # at most this many frames per video
@@ -219,6 +224,7 @@ CONFIG_RANGES = {  # key -> (allowed(value), what is allowed): checked before an
     "vllm_port": (lambda v: 1024 <= v < 65536, "in [1024, 65536)"),
     "rollout_is": _choices("auto", "none", "tis", "mis"), "rollout_is_cap": _at_least(1, strict=True),
     "offline_mode": _choices("replace", "add", "none"), "parallel": _choices("ddp", "fsdp2"),
+    **{k: _choices("auto", "float32", "bfloat16") for k in ("fsdp_param_dtype", "fsdp_reduce_dtype")},
 }
 
 # %% ../nbs/09e_config.ipynb #7725a89b
@@ -233,6 +239,10 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
     if cfg.vllm_sleep and cfg.engine != "vllm":
         raise ValueError("config: vllm_sleep=true needs engine='vllm' (colocated; a server sleeps by its own "
                          f"flags), got engine={cfg.engine!r}")
+    for k in ("fsdp_param_dtype", "fsdp_reduce_dtype"):  # DDP computes and reduces in `dtype`
+        if getattr(cfg, k) != "auto" and cfg.parallel != "fsdp2":
+            raise ValueError(f"config: {k}={getattr(cfg, k)!r} needs parallel='fsdp2', "
+                             f"got parallel={cfg.parallel!r}")
     if cfg.overlong_buffer > cfg.max_new_tokens:
         raise ValueError(f"config: overlong_buffer={cfg.overlong_buffer} must be <= "
                          f"max_new_tokens={cfg.max_new_tokens}")
@@ -271,6 +281,17 @@ def load_config(
 def rollout_is_mode(cfg: TrainConfig) -> str:
     "The run's rollout correction: `rollout_is`, 'auto' being 'tis' for either vLLM engine, 'none' for HF's."
     return ("none" if cfg.engine == "hf" else "tis") if cfg.rollout_is == "auto" else cfg.rollout_is
+
+# %% ../nbs/09e_config.ipynb #af325867
+def fsdp_dtypes(cfg: TrainConfig) -> tuple[torch.dtype, torch.dtype]:
+    "FSDP2's (param_dtype, reduce_dtype): 'auto' is the run's `dtype` for compute, float32 for the reduction."
+    out = []
+    for k, auto in (("fsdp_param_dtype", cfg.dtype), ("fsdp_reduce_dtype", "float32")):
+        ok, allowed = CONFIG_RANGES[k]
+        if not ok(getattr(cfg, k)):
+            raise ValueError(f"config: {k}={getattr(cfg, k)!r} is out of range: must be {allowed}")
+        out.append(getattr(torch, auto if getattr(cfg, k) == "auto" else getattr(cfg, k)))
+    return tuple(out)
 
 # %% ../nbs/09e_config.ipynb #3a9d4678
 def lr_lambda(cfg: TrainConfig):

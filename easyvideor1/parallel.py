@@ -26,8 +26,8 @@ from .prefix import GroupChunk, model_blocks
 def shard_fsdp2(
     model,  # a Qwen2.5-VL / Qwen3-VL model (or a `VLMCall` around one)
     mesh=None,  # a 1-D DeviceMesh; default: all ranks of the default process group
-    param_dtype: torch.dtype | None = None,  # GPU: torch.bfloat16 gathers, computes in bf16; shards unchanged
-    reduce_dtype: torch.dtype | None = None,  # gradient reduce-scatter dtype (torch.float32 with bf16 params)
+    param_dtype: torch.dtype | None = None,  # gather and compute in it (torch.bfloat16); shards stay as stored
+    reduce_dtype: torch.dtype | None = None,  # gradient reduce-scatter dtype (torch.float32 under bf16 compute)
     reshard_after_forward: bool = True,  # free gathered block params after forward (gather again in backward)
     replicate_vision: bool = False,  # a frozen tower stays out: a copy per rank, any rank may call it alone
 ) -> VLMCall:  # the root: call the model only via it (`call_vlm`, `forward_vlm`, `PrefixLogp`, `HFEngine`)
@@ -37,6 +37,8 @@ def shard_fsdp2(
     if any(p.requires_grad for p in tower):
         raise ValueError("shard_fsdp2: replicate_vision needs a frozen vision tower "
                          "(nothing reduces its gradients)")
+    if {p.dtype for p in root.parameters()} == {param_dtype}:  # the model's own: cast nothing, not even inputs
+        param_dtype = None  # (a bf16 model's fp32 vision rotary tables stay fp32)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in model_blocks(root.model):
         if not tower.isdisjoint(block.parameters()): continue

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import TrainConfig, lr_lambda, rollout_is_mode
+from .config import TrainConfig, fsdp_dtypes, lr_lambda, rollout_is_mode
 from .data import load_media, prompt_inputs, unwrap_vlm
 from .evaluate import score_extras
 from .grpo import (MicroBatch, fill_groups, global_n_total, group_advantages, group_has_signal,
@@ -127,11 +127,12 @@ def make_policy(model, cfg: TrainConfig, cache, processor, device, world: int):
     cached = cfg.vision_feature_cache == "auto" and cache is not None and tower_frozen(model)
     if cached:  # the tower once per medium (`09b_lora`)
         use_vision_features(model, cache.root / "features", processor)
-    # the plain model: gradients averaged by all_reduce_grads, checkpoints written by the main process
-    policy = model
+    policy = model  # plain: gradients averaged by all_reduce_grads, checkpoints written by the main process
     if cfg.parallel == "fsdp2":  # fully_shard every vision block and decoder layer, then the root
         from torch.distributed.device_mesh import init_device_mesh
-        policy = shard_fsdp2(model, mesh=init_device_mesh(device.type, (world,)), replicate_vision=cached)
+        param_dtype, reduce_dtype = fsdp_dtypes(cfg)  # auto: compute in `dtype`, reduce in fp32 (`09e_config`)
+        policy = shard_fsdp2(model, init_device_mesh(device.type, (world,)), param_dtype=param_dtype,
+                             reduce_dtype=reduce_dtype, replicate_vision=cached)
     if cfg.gradient_checkpointing:
         enable_checkpointing(model)  # vision blocks and decoder layers (after sharding: FSDP2 hooks outside)
     policy.train()

@@ -238,6 +238,34 @@ def _():
     return dict(rel=rel(got, want), tower_calls=len(calls), hits=feats.hits, misses=feats.misses - (RANK == 0))
 
 
+# --- 7. mixed precision: fp32 shards gathered in bf16 for compute, gradients reduce-scattered in fp32 (or bf16)
+def off_bf16(t):
+    "Share of a float32 tensor's elements that bf16 cannot hold: 0 after a bf16 reduction, most after an fp32 mean of bf16 values."
+    return (t != t.bfloat16().float()).float().mean().item()
+
+
+ps7, ids7, mask7, adv7 = groups("qwen2_5_vl", KINDS, seed=7)
+N7 = sum(float(m.sum()) for m in mask7)
+ref7 = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
+run_loss(ref7, group_micro_batches(ps7, ids7, mask7, adv7, 2), True, N7)  # one process, fp32, both groups
+for rd in ("float32", "bfloat16"):
+    @case(f"mixed_precision[{rd}]")
+    def _():
+        model = qwen_vlm("qwen2_5_vl", "tiny", seed=0)
+        root = shard_fsdp2(model, param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, rd))
+        seen = set()
+        up = model.model.language_model.layers[0].mlp.up_proj
+        hook = up.register_forward_hook(lambda m, i, o: seen.add((str(m.weight.dtype), str(o.dtype))))
+        r = RANK
+        mine = group_micro_batches(ps7[r:r + 1], ids7[r:r + 1], mask7[r:r + 1], adv7[r:r + 1], 4)  # one backward: one reduction
+        run_loss(root, mine, True, N7 / WORLD)
+        hook.remove()
+        got = full_grads(model)
+        flat = torch.cat([g.reshape(-1) for g in got.values()])
+        return dict(seen=sorted(seen), rel=rel(got, {n: p.grad for n, p in ref7.named_parameters()}), off_bf16=off_bf16(flat),
+                    dtypes=sorted({f"{p.dtype}/{p.grad.dtype}" for p in model.parameters()}))
+
+
 gathered_results = [None] * WORLD
 dist.all_gather_object(gathered_results, results)
 if RANK == 0:

@@ -89,6 +89,19 @@ def test_fsdp2_cached_vision_features_ranks_hit_and_miss_unequally(ranks):
     assert [r["cached_vision"]["hits"] for r in res] == [3, 2]  # the prefix pass reads once, the 2 naive chunks once each
     for r in res: assert r["cached_vision"]["rel"] <= 1e-5, r
 
+
+@pytest.mark.parametrize("reduce", ["float32", "bfloat16"])
+def test_fsdp2_mixed_precision_two_ranks(ranks, reduce):
+    "fp32 shards gathered in bf16 (gloo): bf16 compute, fp32 shards and gradients; the reduce-scatter runs in reduce_dtype."
+    for r in result(ranks, f"mixed_precision[{reduce}]"):
+        res = r[f"mixed_precision[{reduce}]"]
+        assert res["seen"] == [["torch.bfloat16", "torch.bfloat16"]]  # the gathered weight and the activation
+        assert res["dtypes"] == ["torch.float32/torch.float32"]  # every shard and its gradient
+        assert 1e-4 < res["rel"] <= 5e-2, res  # near the fp32 one-process gradient, but not equal: computed in bf16
+        # one reduction of bf16 gradients: a bf16 mean stays bf16-valued, an fp32 mean of two mostly is not
+        assert (res["off_bf16"] > 0.2) if reduce == "float32" else (res["off_bf16"] == 0), res
+
+
 def _mbs(sizes, chunk=2):
     p = type("P", (), {"sample_id": "p"})()  # group_micro_batches only reads the prompt's sample_id
     return group_micro_batches([p] * len(sizes), [torch.arange(g * 3).view(g, 3) for g in sizes],

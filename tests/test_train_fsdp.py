@@ -169,13 +169,44 @@ def test_parallel_must_be_ddp_or_fsdp2(tmp_path):
     assert TrainConfig().parallel == "ddp"
 
 
-def test_fsdp2_on_one_process(suite, tmp_path):
+@pytest.mark.parametrize("mp", [{}, dict(fsdp_param_dtype="bfloat16")], ids=["fp32", "bf16-compute"])
+def test_fsdp2_on_one_process(suite, tmp_path, mp):
     "parallel=fsdp2 without a launcher: FSDP2 over a one-rank group of the trainer's own (gone afterwards), with gradient checkpointing."
     import torch.distributed as dist
+    from safetensors import safe_open
     out = tmp_path / "one"
     out.mkdir()
     os.symlink(suite, out / "suite")
-    train(load_config(overrides=dict(FSDP, parallel="fsdp2", gradient_checkpointing=True, max_steps=1, output_dir=str(out))))
+    train(load_config(overrides=dict(FSDP, **mp, parallel="fsdp2", gradient_checkpointing=True, max_steps=1, output_dir=str(out))))
     assert [m["phase"] for m in read_jsonl(out / "metrics.jsonl")] == ["sft", "grpo"]
     assert (out / "checkpoints" / "step_000002" / "sharded").is_dir()
     assert not dist.is_initialized()
+    with safe_open(out / "checkpoints" / "step_000002" / "model" / "model.safetensors", "pt") as f:  # bf16 compute: fp32 shards
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}
+
+
+@pytest.fixture
+def one_rank():
+    "A one-rank gloo group in this process, as `launch` makes one for parallel=fsdp2 without a launcher."
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("dtype,fsdp_param_dtype,want", [
+    ("bfloat16", "auto", (None, torch.float32)),  # a bf16 run: bf16 compute (the model's own: nothing cast), fp32 reduction
+    ("float32", "bfloat16", (torch.bfloat16, torch.float32)),  # fp32 shards and optimizer state, bf16 compute
+    ("float32", "auto", (None, torch.float32))])  # nothing cast; an fp32 reduction is the gradients' own
+def test_make_policy_shards_in_the_config_dtypes(one_rank, dtype, fsdp_param_dtype, want):
+    "make_policy gives every unit the policy of `fsdp_dtypes` (param_dtype None where it is the model's); shards keep the model's dtype."
+    from easyvideor1.models import qwen_vlm
+    from easyvideor1.parallel import fsdp_modules
+    from easyvideor1.step import make_policy
+    cfg = load_config(overrides=dict(parallel="fsdp2", dtype=dtype, fsdp_param_dtype=fsdp_param_dtype))
+    model = qwen_vlm("qwen2_5_vl", "tiny", seed=0, dtype=getattr(torch, dtype))
+    units = fsdp_modules(make_policy(model, cfg, None, None, torch.device("cpu"), 1))
+    assert len(units) == 4  # a vision block, 2 decoder layers, the root
+    mps = {(u._get_fsdp_state()._mp_policy.param_dtype, u._get_fsdp_state()._mp_policy.reduce_dtype) for u in units}
+    assert mps == {want}
+    assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}

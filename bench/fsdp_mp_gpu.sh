@@ -8,12 +8,6 @@
 # The device's transformers is too old: carry this venv's wheels in `.whl/` (git-ignored; see bench/step_gpu.sh).
 # Then one `run` call: command `bash bench/fsdp_mp_gpu.sh`, carry [".whl"], timeout_s 420.
 source "$(dirname "$0")/gpu_env.sh"
-# easyvideor1.config imports easyvideor1.synthetic, which imports av at module level (to write the suite's videos);
-# the device has no av and this bench writes no video: an empty module stands in for it, only here
-if ! python -c "import av" 2>/dev/null; then
-    mkdir -p /tmp/avstub/av && echo '__version__ = "absent (bench/fsdp_mp_gpu.sh)"' > /tmp/avstub/av/__init__.py
-    export PYTHONPATH=$PYTHONPATH:/tmp/avstub
-fi
 OUT=${OUT:-/tmp/fsdp_mp_gpu}; mkdir -p "$OUT"
 python bench/fsdp_mp.py --device cuda --size 3b --frames 64 --res 448 --G 4 --new-tokens 256 --chunk 4 --checkpoint \
     --json "$OUT/fsdp_mp_gpu.json" "$@" 2>&1 | tee "$OUT/fsdp_mp_gpu.txt"

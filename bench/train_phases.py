@@ -73,7 +73,8 @@ def check_timed(rows: list[dict], label: str, steps: int) -> list[dict]:
     return timed
 
 
-def main():
+def parse_args(argv=None):
+    "The bench's arguments (`gpu_check.py` reads them too, to make the suite before a GPU run)."
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="qwen2_5_vl:tiny"); p.add_argument("--dtype", default="float32")
     p.add_argument("--frames", type=int, default=16); p.add_argument("--size", type=int, default=224)
@@ -83,16 +84,23 @@ def main():
     p.add_argument("--cache", choices=["both", "on", "off"], default="both",
                    help="both runs and their ratio (default), or only the frame-cache (on) or the decoding (off) run")
     p.add_argument("--json", default="", help="also write the table's numbers to this JSON file")
-    a = p.parse_args()
+    p.add_argument("--suite", default="", help="the clips' folder (default: <workdir>/suite); made when missing")
+    a = p.parse_args(argv)
     if a.steps < 2: p.error(f"--steps {a.steps}: step 0 is warm-up, so at least 2 steps are needed to time one")
     if a.G < 2: p.error(f"--G {a.G}: a group needs an online rollout beside its offline trajectory (G >= 2)")
+    return a
+
+
+def main():
+    a = parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="train_phases_"))
-    make_bench_suite(work / "suite", a)
+    suite = Path(a.suite) if a.suite else work / "suite"
+    make_bench_suite(suite, a)
     sides = {"both": [True, False], "on": [True], "off": [False]}[a.cache]
     timed = {}
     for c in sides:  # each run checked as it ends: a run without signal stops the bench before the next one
         key = SIDES[c][0]
-        timed[c] = check_timed(run(work / "suite", work / key, c, a), key, a.steps)
+        timed[c] = check_timed(run(suite, work / key, c, a), key, a.steps)
     mean = {c: {ph: sum(r[f"time/{ph}"] for r in rs) / len(rs) for ph in PHASES} for c, rs in timed.items()}
     for m in mean.values(): m["step"] = sum(m[ph] for ph in PHASES)
     steps = [r["step"] for r in timed[sides[0]]]

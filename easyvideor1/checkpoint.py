@@ -13,7 +13,7 @@ import torch
 from .data import unwrap_vlm
 from .lora import (has_adapters, load_adapter, load_lora_reference, lora_reference, save_adapter,
                               save_merged)
-from .models import param_digest
+from .models import param_digest, use_batched_vision_attention
 from .parallel import (fsdp_modules, full_state_dict, load_full_state_dict, load_sharded,
                                   save_sharded, shard_fsdp2)
 from .rollout import use_released_positions
@@ -161,6 +161,7 @@ def _fresh_like(vlm):
         m = AutoModelForImageTextToText.from_config(vlm.config, dtype=p.dtype, attn_implementation=attn)
     m.generation_config = copy.deepcopy(vlm.generation_config)
     use_released_positions(m)  # the policy's position rule (deepcopy keeps it; a fresh model needs it again)
+    use_batched_vision_attention(m)  # and its vision attention
     return m
 
 # %% ../nbs/09f_checkpoint.ipynb #338ab6f3

@@ -6,11 +6,12 @@
 __all__ = ['SPECIAL_TOKENS', 'ENDOFTEXT_ID', 'IM_START_ID', 'IM_END_ID', 'VISION_START_ID', 'VISION_END_ID', 'VISION_PAD_ID',
            'IMAGE_PAD_ID', 'VIDEO_PAD_ID', 'THINK_ID', 'THINK_END_ID', 'N_BPE', 'N_CONTROL', 'VOCAB_SIZE', 'FAMILIES',
            'N_ADDED', 'QWEN2_5_VL_CHAT_TEMPLATE', 'QWEN3_VL_CHAT_TEMPLATE', 'CHAT_TEMPLATES', 'TOKENIZER_RECIPE',
-           'PROCESSOR_DEFAULTS', 'PROCESSOR_CLASSES', 'VLM_SHAPES', 'tiktoken_path', 'last_merge', 'bpe_vocab_merges',
-           'build_qwen_tokenizer', 'check_family', 'check_tokenizer', 'cache_root', 'save_atomic', 'qwen_tokenizer',
-           'banned_vision_token_ids', 'Qwen3VLFlatVideoProcessor', 'qwen_processor', 'load_qwen_processor',
-           'set_budgets', 'video_message', 'image_message', 'shapes', 'qwen_vl_config', 'qwen_generation_config',
-           'model_family', 'model_spec', 'qwen_vlm', 'param_digest', 'save_vlm']
+           'PROCESSOR_DEFAULTS', 'PROCESSOR_CLASSES', 'VLM_SHAPES', 'VISION_ATTENTION', 'tiktoken_path', 'last_merge',
+           'bpe_vocab_merges', 'build_qwen_tokenizer', 'check_family', 'check_tokenizer', 'cache_root', 'save_atomic',
+           'qwen_tokenizer', 'banned_vision_token_ids', 'Qwen3VLFlatVideoProcessor', 'qwen_processor',
+           'load_qwen_processor', 'set_budgets', 'video_message', 'image_message', 'shapes', 'qwen_vl_config',
+           'qwen_generation_config', 'model_family', 'model_spec', 'batched_vision_attention',
+           'use_batched_vision_attention', 'qwen_vlm', 'param_digest', 'save_vlm']
 
 # %% ../nbs/01_models.ipynb #ef104d83
 import os, json, hashlib, shutil, tempfile, functools
@@ -463,6 +464,52 @@ def model_spec(model: str) -> tuple[str, str | None]:
     fam, _, size = model.partition(":")
     return (fam, size or "tiny") if fam in FAMILIES else (model, None)
 
+# %% ../nbs/01_models.ipynb #b5a1e002
+def _equal_runs(lengths: list[int]) -> list[tuple[int, int, int]]:
+    "(start, length, count) of each run of consecutive equal lengths."
+    out, start, i = [], 0, 0
+    while i < len(lengths):
+        j = i
+        while j < len(lengths) and lengths[j] == lengths[i]: j += 1
+        out.append((start, lengths[i], j - i))
+        start, i = start + lengths[i] * (j - i), j
+    return out
+
+def batched_vision_attention(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
+    "A Qwen-VL vision attention forward with one SDPA call per run of equal windows (stock: one per window)."
+    import importlib
+    rotary = importlib.import_module(type(self).__mro__[1].__module__).apply_rotary_pos_emb_vision
+    S = hidden_states.shape[0]
+    # (S, H, d) each
+    q, k, v = self.qkv(hidden_states).reshape(S, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+    q, k = rotary(q, k, *position_embeddings)
+    out = []
+    for start, L, n in _equal_runs((cu_seqlens[1:] - cu_seqlens[:-1]).tolist()):
+        rows = slice(start, start + n * L)
+        qq, kk, vv = (t[rows].reshape(n, L, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # (n, H, L, d)
+        o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, scale=self.scaling)  # (n, H, L, d)
+        out.append(o.transpose(1, 2).reshape(n * L, -1))  # (n * L, H * d)
+    return self.proj(torch.cat(out))
+
+
+# %% ../nbs/01_models.ipynb #b5a1e005
+_BATCHED = {}  # stock attention class -> its batched subclass
+VISION_ATTENTION = ("Qwen2_5_VLVisionAttention", "Qwen3VLVisionAttention")
+
+def use_batched_vision_attention(model) -> int:
+    "Give every vision attention module of an SDPA model `batched_vision_attention`; the number changed."
+    if model.config._attn_implementation != "sdpa": return 0  # flash attention takes the windows as one call
+    n = 0
+    for m in model.modules():
+        cls = type(m)
+        if cls.__name__ in VISION_ATTENTION:
+            if cls not in _BATCHED:
+                _BATCHED[cls] = type(f"Batched{cls.__name__}", (cls,), {"forward": batched_vision_attention})
+            m.__class__ = _BATCHED[cls]
+            n += 1
+    return n
+
+
 # %% ../nbs/01_models.ipynb #070abc6e
 def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a folder from `save_vlm`/`save_pretrained`
              size: str = "tiny", # see `VLM_SHAPES`; ignored for a folder
@@ -480,6 +527,7 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a folder from `s
                                                             device_map=device,
                                                             attn_implementation=attn_implementation)
         model_family(model)
+        use_batched_vision_attention(model)
         return model.eval()
     config = qwen_vl_config(family, size)
     with torch.random.fork_rng(devices=[]), torch.device(device):
@@ -487,6 +535,7 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a folder from `s
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
                                                         attn_implementation=attn_implementation)
     model.generation_config = qwen_generation_config()
+    use_batched_vision_attention(model)  # one attention call per run of equal windows, not one per window
     return model.eval()
 
 # %% ../nbs/01_models.ipynb #6b040096

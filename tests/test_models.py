@@ -72,3 +72,28 @@ def test_real_shapes_match_official_parameter_counts(family, size):
     model = qwen_vlm(family, size, device="meta")
     n = sum(p.numel() for p in model.parameters()) / 1e9
     assert abs(n - OFFICIAL_PARAMS[family, size]) < 0.01, f"{family} {size}: {n:.3f} B parameters"
+
+
+@pytest.mark.parametrize("family,grid", [("qwen2_5_vl", (2, 20, 20)), ("qwen3_vl", (3, 16, 16))])
+def test_batched_vision_attention_equals_the_stock_windows(family, grid):
+    "One SDPA call per run of equal windows gives the stock per-window outputs and gradients, short edge windows included."
+    from easyvideor1.models import use_batched_vision_attention
+    batched = qwen_vlm(family, "tiny", seed=0)  # qwen_vlm gives every model the batched forward
+    stock = qwen_vlm(family, "tiny", seed=0)
+    for m in stock.modules():
+        if type(m).__name__.startswith("Batched"): m.__class__ = type(m).__mro__[1]  # back to transformers' own
+    assert use_batched_vision_attention(qwen_vlm(family, "tiny", attn_implementation="eager")) == 0
+    vc = batched.model.visual.config
+    t, h, w = grid  # Qwen2.5-VL: 20 patches do not divide into 8-patch windows, so edges hold shorter ones
+    pix = torch.randn(t * h * w, vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2,
+                      generator=torch.Generator().manual_seed(0), device="cpu")
+    thw = torch.tensor([grid], device="cpu")
+    outs = []
+    for m in (stock, batched):
+        o = m.model.visual(pix, grid_thw=thw).pooler_output
+        o.square().mean().backward()
+        outs.append((o.detach(), [p.grad for p in m.model.visual.parameters()]))
+    (a, ga), (b, gb) = outs
+    assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+    assert [x is None for x in ga] == [y is None for y in gb]  # (Qwen3-VL: deepstack mergers unused by the tower alone)
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-5) for x, y in zip(ga, gb) if x is not None)

@@ -1,6 +1,8 @@
 """Prove the GPU path in one run: the default recipe, every config path, the step benches and FSDP2, one table.
 
-Run by `bench/gpu_check.sh` on a lent GPU (one H200, a few minutes), and with `--cpu` at tiny shapes on the CPU, where a
+Run by `bench/gpu_check.sh` on a lent GPU (one H200: steps a-d took 9.6 minutes on 2026-12-04, before the vision tower's
+batched windows and with 3 train_phases steps; e did not fit in the 10-minute call, so it runs last), and with `--cpu` at
+tiny shapes on the CPU, where a
 test runs it under the device guard (`tests/device_guard.py`) so that it cannot rot. Steps, each a row of the table:
 
 - (a) the default recipe, shortened, end to end (warm start, hand-over evaluation, GRPO, best and last checkpoints),
@@ -70,7 +72,7 @@ def shapes(cpu: bool) -> dict:
             memory=["--lengths", "128", "--paths", "naive,shared", "--checkpointing-modes", "on"])
     return dict(
         default=dict(synthetic_n=64, synthetic_test_n=16, synthetic_val_n=8, sft_steps=20, max_steps=4, eval_every=2),
-        phases=["--model", "qwen2_5_vl:3b", "--dtype", "bfloat16", "--frames", "64", "--size", "448", "--steps", "3",
+        phases=["--model", "qwen2_5_vl:3b", "--dtype", "bfloat16", "--frames", "64", "--size", "448", "--steps", "2",
                 "--prompts", "2", "--G", "4", "--new-tokens", "64", "--checkpointing"],
         step=["--family", "qwen3_vl", "--size", "8b", "--dtype", "bfloat16", "--device", "cuda", "--frames", "128",
               "--res", "512", "--G", "8", "--new-tokens", "128", "--completion-len", "512", "--chunk", "4",

@@ -2,8 +2,8 @@
 
 Run by `bench/gpu_check.sh` on a lent GPU (one H200: steps a-d took 9.6 minutes on 2026-12-04, before the vision tower's
 batched windows and with 3 train_phases steps; e did not fit in the 10-minute call, so it runs last), and with `--cpu` at
-tiny shapes on the CPU, where a
-test runs it under the device guard (`tests/device_guard.py`) so that it cannot rot. Steps, each a row of the table:
+tiny shapes on the CPU, where a test runs it under the device guard (`tests/device_guard.py`) so that it cannot rot.
+Steps, each a row of the table:
 
 - (a) the default recipe, shortened, end to end (warm start, hand-over evaluation, GRPO, best and last checkpoints),
   then the same run stopped half-way and resumed: the resumed run must end where the uninterrupted one did;

@@ -1,6 +1,6 @@
 """Prove the GPU path in one run: the default recipe, every config path, the step benches and FSDP2, one table.
 
-Run by `bench/gpu_check.sh` on a lent GPU (one H200: steps a-d took 9.6 minutes on 2026-12-04, before the vision tower's
+Run by `bench/gpu_check.sh` on a lent GPU (one H200: steps a, b, c, d and f took 9.6 minutes on 2026-12-04, before the vision tower's
 batched windows and with 3 train_phases steps; e did not fit in the 10-minute call, so it runs last), and with `--cpu` at
 tiny shapes on the CPU, where a test runs it under the device guard (`tests/device_guard.py`) so that it cannot rot.
 Steps, each a row of the table:

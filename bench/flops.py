@@ -4,14 +4,14 @@ Default shape, the paper's: Qwen3-VL-8B (`qwen_vl_config("qwen3_vl", "8b")`), on
 (16,384 visual tokens, 16,872-token prompt), G = 8 completions of T = 512 tokens, update micro-batches of 4,
 `updates_per_batch` = 1, beta = 0 (no reference pass), activation checkpointing off and on.
 
-    python bench/flops.py                                   # the 8B shape (about a minute on 2 cores)
-    python bench/flops.py --size tiny --frames 8 --res 64 --new-tokens 8 --G 4 --chunk 2 --verify
+    python bench/flops.py                                   # the 8B shape (about 2 minutes on 2 cores)
+    python bench/flops.py --size small --frames 4 --res 64 --new-tokens 4 --G 2 --chunk 2 --verify --verify-decode
 
 How the executed FLOPs are counted. `torch.utils.flop_counter.FlopCounterMode` around the real code of each phase:
 - rollout: `rollout.HFEngine._shared` / `._naive` (the trainer's HF engine: one batch-1 prefill and its cache repeated
   G times, or G prefills of G prompt copies) up to `generate`; `generate`'s per-token forwards (the full model, one
   token per row, the KV cache, `logits_to_keep=1`) are counted at the first and last decode context and summed: a
-  decode step's count is linear in its context (`--verify` counts every step and checks the sum);
+  decode step's count is linear in its context (`--verify --verify-decode` counts every step and checks the sum);
 - log-prob pass (old log-probs when `--updates` > 1, reference log-probs when `--beta` > 0): `PrefixLogp` over
   `step.step_micro_batches` under `torch.no_grad()`, as `step.grpo_update` runs it;
 - update: `step.grpo_update` itself (`PrefixLogp` + `grpo_step`: forward, `loss.backward()`, clipping, an SGD step),
@@ -24,7 +24,10 @@ a fake value (the loss and the gradient norm, statistics only) reads 0 (`stub_re
 built at reduced depth and scaled: every count is linear in the number of blocks of each kind (decoder layers;
 vision blocks, for Qwen2.5-VL windowed and full-attention ones apart), so F(full) = F(base) + sum over kinds of
 (n_full - n_base) * (F(base + one block of the kind) - F(base)); embeddings, lm_head and mergers are counted once in
-F(base). `--verify` counts the full depth directly and asserts equality (exact integers).
+F(base). The base keeps every merger in use (Qwen3-VL: as many decoder layers as deepstack mergers, else a merger's
+output goes unused and has no backward). `--verify` counts the full depth directly and asserts equality (exact
+integers; at the 8B shape in about 5 minutes). The vision and lm_head parts are attributed by autograd node in the
+backward (the node running was made inside the module's forward), since a tower's output gets no module hook there.
 Attention kernels (CPU `_scaled_dot_product_flash_attention_for_cpu`, forward and backward) are counted as the GPU
 kernels run them: a causal call over its lower triangle only (flash attention skips the masked blocks), a call with
 an explicit mask over the full rectangle (the masked kernel computes every score). FlopCounterMode counts matmuls,
@@ -45,8 +48,10 @@ per group where the shared prefix is on, once per completion on the naive path (
     rollout decode:  G (T - 1) tokens at contexts P + 1 ... P + T - 1, G (T - 1) logits;
     log-prob pass:   P + G (T - 1) tokens, causal over P + T - 1 for each completion (the prompt's part once),
                      G T logits (naive: G (P + T - 1) tokens, G causal sequences of P + T - 1);
-    update:          3 x the log-prob pass, the vision tower included (full fine-tuning trains it).
-The step: rollout + (updates > 1) + (beta > 0) log-prob passes + `updates` updates.
+    update:          3 x the log-prob pass, the vision tower included (full fine-tuning trains it), less the
+                     patch embedding's input gradient (pixels need none: 4 N_pe V_p, not 6).
+The step: rollout + (updates > 1) + (beta > 0) log-prob passes + `updates` updates. The shared path's vision count
+(the tower once per clip and pass, dummy-vision calls aside) is asserted equal to this formula, to the FLOP.
 
 Prints one Markdown table (rows: phases; columns: executed and least GFLOPs and their ratio, naive and shared prefix;
 checkpointing off / on in the update rows), then which causes account for executed - least, and ends on
@@ -83,9 +88,9 @@ _spec.loader.exec_module(bench_step)  # synthetic_video_prompt: the processor's 
 
 class ShapesOnly(TorchDispatchMode):
     "An op on a fake tensor runs on shapes only; ops on real tensors alone (ids, grids, masks) run for real."
-    def __init__(self, fake: FakeTensorMode):
+    def __init__(self):
         super().__init__()
-        self.fake, self.stub_reads = fake, 0
+        self.stub_reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -136,9 +141,12 @@ def block_counts(family: str, size: str) -> dict[str, int]:
 
 
 def base_counts(family: str, size: str) -> dict[str, int]:
-    "The reduced depth counted: one decoder layer, the fewest vision blocks that keep every kind and merger."
+    "The reduced depth counted: the fewest decoder layers and vision blocks that keep every kind and merger."
     s = VLM_SHAPES[family][size]
-    if family == "qwen3_vl": return {"text layer": 1, "vision block": max(1, len(s["vision"][4]))}
+    # Qwen3-VL: k deepstack mergers feed the first k decoder layers; fewer layers leave some unused (no backward),
+    # and the count stops being linear in the depth
+    k = len(s["vision"][4])
+    if family == "qwen3_vl": return {"text layer": max(1, k), "vision block": max(1, k)}
     return {"text layer": 1, "vision window block": 1, "vision full block": 1}
 
 
@@ -247,9 +255,14 @@ class Counter:
         out.append(Count(total(g), total(vis), total(c.get("head", {})), attn(g) - attn(vis), calls[0]))
 
 
-def fake_like(x: torch.Tensor, fake: FakeTensorMode) -> torch.Tensor:
-    "A fake tensor of x's shape and dtype (pixels: shapes are all a FLOP count reads)."
-    with fake: return torch.empty(x.shape, dtype=x.dtype, device="cpu")
+def fake_empty(shape, fake: FakeTensorMode, dtype=torch.float32) -> torch.Tensor:
+    "A fake tensor (pixels, cached keys: shapes are all a FLOP count reads)."
+    with fake: return torch.empty(shape, dtype=dtype, device="cpu")
+
+
+def head_dim(tc) -> int:
+    "Per-head width of a text config (Qwen2.5-VL's has no `head_dim`: hidden / heads)."
+    return getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
 
 
 def decode_step(counter: Counter, fake, n: int, context: int) -> Count:
@@ -259,8 +272,8 @@ def decode_step(counter: Counter, fake, n: int, context: int) -> Count:
     cache = DynamicCache(config=tc)
     with counter.shapes:
         for i in range(tc.num_hidden_layers):
-            kv = torch.empty(n, tc.num_key_value_heads, context - 1, tc.head_dim, device="cpu")
-            cache.update(fake_like(kv, fake), fake_like(kv, fake), i)
+            kv = (n, tc.num_key_value_heads, context - 1, head_dim(tc))
+            cache.update(fake_empty(kv, fake), fake_empty(kv, fake), i)
     ids = torch.full((n, 1), 100, dtype=torch.long, device="cpu")  # (n, 1) a text token
     pos = torch.full((3, n, 1), context - 1, dtype=torch.long, device="cpu")  # (3, n, 1)
     out = []
@@ -366,7 +379,8 @@ def matmul_weights(model) -> dict[str, int]:
             if isinstance(m, (torch.nn.Linear, torch.nn.Conv3d)):
                 out[part] += m.weight.numel()
                 seen.add(m)
-    missed = [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv3d)) and m not in seen]
+    missed = [n for n, m in model.named_modules()
+              if isinstance(m, (torch.nn.Linear, torch.nn.Conv3d)) and m not in seen]
     if missed: raise ValueError(f"matmul_weights: no part for {missed}")
     return out
 
@@ -390,7 +404,7 @@ def least_step(config, weights: dict, kinds: dict[str, int], grid, P: int, T: in
     vis = (2 * (weights["vis_embed"] + weights["vis_patch"]) * V_p + 2 * weights["vis_merged"] * V_m
            + 4 * vc.hidden_size * sum(n * sum(s * s for s in vision_segments(config, grid, k))
                                       for k, n in kinds.items() if k.startswith("vision")))
-    A = 4 * tc.num_hidden_layers * tc.num_attention_heads * tc.head_dim  # per query-key pair: QK^T and AV
+    A = 4 * tc.num_hidden_layers * tc.num_attention_heads * head_dim(tc)  # per query-key pair: QK^T and AV
     causal = lambda n: n * (n + 1) // 2
     lm = lambda tokens, logits, pairs: Count(2 * weights["body"] * tokens + 2 * weights["head"] * logits + A * pairs,
                                              head=2 * weights["head"] * logits, lm_attn=A * pairs)
@@ -447,17 +461,19 @@ def main(argv=None):
     ap.add_argument("--groups", type=int, default=1, help="prompts (groups) per step; every phase scales with it")
     ap.add_argument("--updates", type=int, default=1, help="updates_per_batch: > 1 adds the old log-prob pass")
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient: > 0 adds the reference log-prob pass")
-    ap.add_argument("--verify", action="store_true", help="also count the full depth directly, every decode step "
-                    "counted, and assert it equals the scaled, summed count")
+    ap.add_argument("--verify", action="store_true", help="also count the full depth directly and assert it equals "
+                    "the scaled count")
+    ap.add_argument("--verify-decode", action="store_true", help="with --verify: count every decode step (not the "
+                    "two ends summed) in the direct count")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     torch.set_num_threads(min(2, torch.get_num_threads()))
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    shapes = ShapesOnly(fake)
+    shapes = ShapesOnly()
     full, base = block_counts(a.family, a.size), base_counts(a.family, a.size)
     full_model = fake_vlm(vlm_config(a.family, a.size, full), fake)  # its weights and the prompt's layout
     prompt = bench_step.synthetic_video_prompt(full_model, a.frames, a.res)
-    prompt = replace(prompt, pixel_values_videos=fake_like(prompt.pixel_values_videos, fake))
+    prompt = replace(prompt, pixel_values_videos=fake_empty(prompt.pixel_values_videos.shape, fake))
     P, T, G = prompt.prompt_len, a.new_tokens, a.G
     grid = tuple(int(x) for x in prompt.video_grid_thw[0])
 
@@ -469,14 +485,20 @@ def main(argv=None):
     ex = combine(runs, full, base)
     checks = []
     if a.verify:
-        direct = count_step(full_model, fake, shapes, prompt, T, G, a.chunk, every_decode=True)
+        direct = count_step(full_model, fake, shapes, prompt, T, G, a.chunk, every_decode=a.verify_decode)
         bad = {k: (ex[k], direct[k]) for k in ex if ex[k] != direct[k]}
         assert not bad, f"scaled != direct full-depth count: {bad}"
+        every = ", every decode step counted" if a.verify_decode else ""
         checks.append(f"scaling check: the counts at depth {base} and one block more, scaled to {full}, equal "
-                      f"the direct full-depth count, every decode step counted ({len(ex)} phase counts, exact)")
+                      f"the direct full-depth count{every} ({len(ex)} phase counts, exact)")
 
     w = matmul_weights(full_model)
     least = least_step(full_model.config, w, full, grid, P, T, G)
+    # the shared path runs the tower once per clip and pass: its count must equal the least's formula exactly
+    for key, d in (((True, "rollout vision"), 0), ((True, "logp"), ex["dummy", "no grad"].total),
+                   ((True, "update", False), ex["dummy", "trained"].total)):
+        e, l = ex[key], least[key]
+        assert e.vision - e.dummy * d == l.vision, f"{key}: vision tower {e.vision} - dummy != least {l.vision}"
     ex = {k: v * a.groups for k, v in ex.items()}
     least = {k: v * a.groups for k, v in least.items()}
     n_logp = int(a.updates > 1) + int(a.beta > 0)  # log-prob passes in the step
@@ -494,7 +516,8 @@ def main(argv=None):
 
     n_vis = sum(n for k, n in full.items() if k.startswith("vision"))
     print(f"{a.family} {a.size}: {full['text layer']} decoder layers, {n_vis} vision blocks; matmul weights "
-          f"N_b {w['body'] / 1e9:.3f} B, N_h {w['head'] / 1e9:.3f} B, N_vp {(w['vis_embed'] + w['vis_patch']) / 1e6:.0f} M (patch embedding {w['vis_embed'] / 1e6:.1f} M), "
+          f"N_b {w['body'] / 1e9:.3f} B, N_h {w['head'] / 1e9:.3f} B, "
+          f"N_vp {(w['vis_embed'] + w['vis_patch']) / 1e6:.0f} M (patch embedding {w['vis_embed'] / 1e6:.1f} M), "
           f"N_vm {w['vis_merged'] / 1e6:.0f} M")
     print(f"{a.groups} group(s) of G = {G}; prompt {P} tokens ({a.frames} frames at {a.res} x {a.res}: grid "
           f"{list(grid)}); T = {T}; update micro-batches of {a.chunk}; updates {a.updates}, beta {a.beta}")

@@ -425,7 +425,9 @@ def least_step(config, weights: dict, kinds: dict[str, int], grid, P: int, T: in
 
 # --- report -----------------------------------------------------------------------------------------------------
 
-def gflop(x: int) -> str: return f"{x / 1e9:,.1f}"
+def gflop(x: int) -> str:
+    g = x / 1e9
+    return f"{g:,.0f}" if abs(g) >= 100 else f"{g:.2f}"
 
 
 def phase_part(c: Count, part: str) -> int:
@@ -499,7 +501,7 @@ def main(argv=None):
                    ((True, "update", False), ex["dummy", "trained"].total)):
         e, l = ex[key], least[key]
         assert e.vision - e.dummy * d == l.vision, f"{key}: vision tower {e.vision} - dummy != least {l.vision}"
-    ex = {k: v * a.groups for k, v in ex.items()}
+    ex = {k: v if k[0] == "dummy" else v * a.groups for k, v in ex.items()}  # a dummy call's FLOPs stay per call
     least = {k: v * a.groups for k, v in least.items()}
     n_logp = int(a.updates > 1) + int(a.beta > 0)  # log-prob passes in the step
 

@@ -445,8 +445,10 @@ def gap_causes(ex: dict, least: dict, step, shared: bool, n_logp: int, updates: 
          "vision tower beyond once per clip and pass": e_off.vision - dummy - l.vision,
          "dummy-vision tower calls (the absent image modality)": dummy,
          "lm_head beyond one row per sampled / scored token": e_off.head - l.head,
-         "attention beyond causal (masked kernels: completions against the prompt cache)": e_off.lm_attn - l.lm_attn}
-    c["other (the last prompt token on every row, rope, ...)"] = e_on.total - l.total - sum(c.values())
+         "attention beyond the least (shared: masked kernels over the completions' full rectangle)":
+             e_off.lm_attn - l.lm_attn}
+    c["other (tokens beyond the least: the last prompt token on every rollout row, the naive path's last "
+      "completion token fed in; rope)"] = e_on.total - l.total - sum(c.values())
     c["mismatch pass (only in a step without signal; then one log-prob pass)"] = 0
     return c
 

@@ -345,18 +345,34 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 # %% ../nbs/00_synthetic.ipynb #ad5a9d22
-def _pid_alive(pid: int) -> bool:
+def _proc_start(pid: int) -> tuple[str, float] | None:
+    "Linux: (state, start time in seconds since the epoch) of `pid` from /proc, None where /proc cannot tell."
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        btime = next(float(l.split()[1]) for l in Path("/proc/stat").read_text().splitlines() if l.startswith("btime"))
+    except (OSError, StopIteration, ValueError): return None
+    rest = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces: state is field 3
+    return rest[0], btime + int(rest[19]) / os.sysconf("SC_CLK_TCK")  # starttime is field 22, in clock ticks
+
+def _pid_alive(pid: int, since: float | None = None) -> bool:
+    "Does `pid` run? A zombie (killed, not yet reaped) does not; nor does a process started after `since`."
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
-    except PermissionError: return True  # exists, owned by someone else
-    return True
+    except PermissionError: pass  # exists, owned by someone else
+    info = _proc_start(pid)
+    if info is None: return True
+    state, start = info
+    if state in "ZX": return False
+    return since is None or start <= since + 2  # later: the pid was reused (2 s covers btime's whole seconds)
 
 def sweep_tmp(root: str | Path) -> int:
     "Remove the temporaries (`tmp_name`) under `root` whose writer no longer runs; return how many."
     n = 0
     for p in Path(root).rglob(".tmp.*"):
         pid = p.name.split(".")[2]
-        if not pid.isdigit() or not _pid_alive(int(pid)):
+        try: written = p.stat().st_mtime
+        except FileNotFoundError: continue  # its writer renamed or removed it meanwhile
+        if not pid.isdigit() or not _pid_alive(int(pid), since=written):
             p.unlink(missing_ok=True)
             n += 1
     return n

@@ -1,5 +1,5 @@
 """The synthetic suite from the command line, and its determinism across processes."""
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 from pathlib import Path
 
 import pytest
@@ -101,3 +101,20 @@ def test_a_killed_writer_leaves_the_old_file_and_a_temporary_the_sweep_removes(t
     assert target.read_text() == "old" and len(left) == 1 and left[0].read_text() == "new"
     assert FrameCache(tmp_path).clean_tmp() == 1 and not left[0].exists()  # the cache's sweep knows the name
     assert sweep_tmp(tmp_path) == 0 and target.read_text() == "old"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_the_sweep_sees_through_zombies_and_reused_pids(tmp_path):
+    "A killed writer lingers as a zombie until reaped (CI once kept one long enough to fail the SIGKILL rerun test);"
+    "a pid that runs again now belongs to a process that started after the temporary was written."
+    from easyvideor1.synthetic import _proc_start, sweep_tmp
+    z = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; unreaped until we wait, so a zombie
+    t0 = time.time()
+    while _proc_start(z.pid)[0] != "Z" and time.time() - t0 < 60: time.sleep(0.01)
+    zombie = tmp_path / f".tmp.{z.pid}.abcd.a.txt"; zombie.write_text("half")
+    reused = tmp_path / f".tmp.{os.getpid()}.abcd.b.txt"; reused.write_text("half")
+    os.utime(reused, (0, 0))  # written in 1970, before this process started: another writer had this pid
+    mine = tmp_path / f".tmp.{os.getpid()}.abcd.c.txt"; mine.write_text("half")  # ours, live
+    assert _proc_start(z.pid)[0] == "Z"
+    assert sweep_tmp(tmp_path) == 2 and [p.name for p in tmp_path.iterdir()] == [mine.name]
+    z.wait()

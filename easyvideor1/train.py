@@ -25,11 +25,10 @@ from .parallel import Ranks, check_launch, gathered, run_ranks
 from .replay import check_offpolicy_data
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .rollout import SamplingConfig, use_released_positions
-from easyvideor1.step import (
+from .step import (
     Draw, StepClock, batch_full, draw_groups, grpo_advantages, grpo_row, keep_signal, kept_draw, load_prompts,
-    make_engine, mismatch_warning, offline_groups, replay_rows, seed_step, step_prompts, sync_engine, update_phase,
-    warm_start_step)
-from .step import make_optimizer, make_policy
+    make_engine, make_optimizer, make_policy, mismatch_warning, offline_groups, replay_rows, seed_step, step_prompts,
+    sync_engine, update_phase, warm_start_step)
 from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 

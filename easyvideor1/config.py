@@ -20,8 +20,8 @@ from .validate import DEFAULT_MAX_PROMPT_CHARS, validate_rows
 from .video import ImageContract, VideoContract, video_backend
 
 # %% auto #0
-__all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'check_config', 'load_config', 'rollout_is_mode', 'fsdp_dtypes',
-           'lr_lambda', 'contracts', 'prepare_data', 'valid_samples', 'parse_args']
+__all__ = ['CONFIG_RANGES', 'TrainConfig', 'config_help', 'config_sections', 'check_config', 'load_config', 'rollout_is_mode',
+           'fsdp_dtypes', 'lr_lambda', 'contracts', 'prepare_data', 'valid_samples', 'parse_args']
 
 # %% ../nbs/09e_config.ipynb #815ccc2f
 def _task_options():  # the default of `synthetic_task_options`
@@ -30,9 +30,35 @@ def _task_options():  # the default of `synthetic_task_options`
 @dataclass
 class TrainConfig:
     "Everything a training run needs; YAML file + `key=value` overrides."
-    # --- data
+    # --- core: the keys a run is mostly about (`--help` lists them first)
     data: str = ""  # training JSON/JSONL in the original sample format; "" generates the synthetic suite
     eval_data: str = ""  # held-out JSON/JSONL; "" uses the synthetic suite's test split
+    model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
+    engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server"
+    #   (vLLM's OpenAI server on loopback, started and stopped by the trainer)
+    prompts_per_step: int = 16  # prompts per optimizer step, over all ranks
+    group_size: int = 4  # G: completions per prompt
+    temperature: float = 1.0  # sampling temperature
+    max_new_tokens: int = 16  # response budget in tokens
+    adv_method: str = "grpo"  # grpo, dr_grpo, rloo, reinforce_pp
+    loss_method: str = "ppo"  # ppo, gspo, cispo
+    loss_agg: str = "token_mean"  # token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
+    clip_low: float = 0.2  # PPO lower clip
+    clip_high: float = 0.28  # PPO upper clip
+    beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
+    micro_batch_size: int = 16  # completions per forward/backward
+    dynamic_sampling: bool = True  # DAPO: drop groups with equal rewards; draw more until the batch is full
+    offline_mode: str = "replace"  # replace, add, or none
+    lr: float = 7e-4  # AdamW learning rate (GRPO phase)
+    max_grad_norm: float = 1.0  # gradient clipping
+    sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
+    max_steps: int = 20  # GRPO steps
+    seed: int = 0  # seeds model init, data order and sampling
+    output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
+    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0:
+    #   only those)
+    resume: bool = False  # continue from the newest checkpoint in output_dir
+    # --- data
     val_data: str = ""  # validation JSON/JSONL that picks the best checkpoint ("" = the synthetic suite's val
     #   split; none with `data`)
     media_root: str = ""  # folder that relative media paths resolve against ("" = the data file's folder)
@@ -51,7 +77,6 @@ class TrainConfig:
     offline_fraction: float = 1.0  # fraction of synthetic samples carrying an offline trajectory
     synthetic_think: bool = False  # offline trajectories reason in <think> first (False: <answer> only)
     # --- model
-    model: str = "qwen2_5_vl:tiny"  # "family:size" (random init) or a local model folder
     dtype: str = "float32"  # float32 or bfloat16
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
     lora_rank: int = 0  # LoRA rank of the adapters PEFT trains (0: full fine-tuning, every weight trained)
@@ -81,33 +106,19 @@ class TrainConfig:
     vision_feature_cache: str = "auto"  # auto: a frozen vision tower (LoRA's default) runs once per medium,
     #   its outputs kept beside the frames (with frame_cache); off: in every pass
     # --- rollout
-    engine: str = "hf"  # "hf" (transformers generate), "vllm" (colocated, in process) or "vllm_server"
-    #   (vLLM's OpenAI server on loopback, started and stopped by the trainer)
     vllm_port: int = 8011  # engine=vllm_server: the port of rank 0's server (rank r listens on vllm_port + r)
     vllm_sleep: bool = False  # colocated vLLM frees its accelerator memory (weights offloaded, KV cache
     #   dropped) between rollout and update; GPU only
-    prompts_per_step: int = 16  # prompts per optimizer step, over all ranks
-    group_size: int = 4  # G: completions per prompt
-    temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
-    max_new_tokens: int = 16  # response budget in tokens
     # --- GRPO
-    adv_method: str = "grpo"  # grpo, dr_grpo, rloo, reinforce_pp
-    loss_method: str = "ppo"  # ppo, gspo, cispo
-    loss_agg: str = "token_mean"  # token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
-    clip_low: float = 0.2  # PPO lower clip
-    clip_high: float = 0.28  # PPO upper clip
     dual_clip: float = 0.0  # PPO dual-clip constant c > 1 for negative advantages (0: off)
-    beta: float = 0.04  # KL coefficient to the policy frozen at the hand-over (0: no reference model)
     kl_kind: str = "k3"  # KL estimator: k1, abs, k2 (mse), k3 (low_var_kl)
     updates_per_batch: int = 1  # optimizer steps per rollout batch (>1 needs old log-probs)
     rollout_is: str = "auto"  # rollout-vs-trainer correction: none, tis (token weights
     #   min(pi_trainer/pi_rollout, cap)), mis (mask sequences whose geometric-mean ratio leaves [1/cap, cap]);
     #   auto = tis with a vLLM engine, none with hf
     rollout_is_cap: float = 2.0  # C of rollout_is (> 1)
-    micro_batch_size: int = 16  # completions per forward/backward
     shared_prefix: bool = True  # forward each group's prompt once (when available)
-    dynamic_sampling: bool = True  # DAPO: drop groups with equal rewards; draw more until the batch is full
     max_extra_draws: int = 1  # dynamic sampling: most extra draws a step (then zero-variance groups fill the
     #   rest)
     mask_truncated: bool = False  # DAPO: completions cut at max_new_tokens get no loss
@@ -116,14 +127,11 @@ class TrainConfig:
     strict_format: bool = True  # full format reward only for exactly "(<think>..</think>)
     #   <answer>..</answer>"
     # --- replay (offline trajectories)
-    offline_mode: str = "replace"  # replace, add, or none
     offline_per_group: int = 1  # offline trajectories per eligible group
     offline_threshold: float = -1.0  # mix only when online accuracy is below this (<0: always)
     offpolicy: str = "none"  # none, is_clip, luffy
     # --- optimisation
-    lr: float = 7e-4  # AdamW learning rate (GRPO phase)
     sft_lr: float = 1e-3  # learning rate of the warm start
-    sft_steps: int = 220  # supervised warm-start steps on offline trajectories before GRPO
     sft_answer_steps: int = 0  # the first warm-start steps train only the tokens of the <answer> content (0:
     #   whole trajectories from the first step, which keep the clip readable where the letter is written,
     #   09c_warmstart)
@@ -144,21 +152,14 @@ class TrainConfig:
     lr_decay_steps: int = 10  # the last N GRPO steps decay the learning rate linearly towards 0 (0: constant)
     reset_momentum: bool = True  # GRPO starts with zero AdamW first moments (the warm start's would push the
     #   policy with no reward)
-    max_grad_norm: float = 1.0  # gradient clipping
-    max_steps: int = 20  # GRPO steps
     max_minutes: float = 0.0  # stop GRPO after this many minutes (0: no limit; a cap cuts the lr schedule
     #   short)
-    seed: int = 0  # seeds model init, data order and sampling
     # --- logging, evaluation, checkpoints
-    output_dir: str = "runs/tiny-cpu"  # where logs, curves and checkpoints go
     log_every: int = 1  # steps between TensorBoard points and progress-bar updates (metrics.jsonl gets every
     #   step)
-    eval_every: int = 20  # GRPO steps between held-out evaluations (also at the hand-over and the end; 0:
-    #   only those)
     eval_n: int = 0  # held-out samples per evaluation (0: all)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2  # checkpoints kept on disk
-    resume: bool = False  # continue from the newest checkpoint in output_dir
     tensorboard: bool = True  # log to TensorBoard through accelerate's trackers
 
 # %% ../nbs/09e_config.ipynb #f67bb5f1
@@ -178,6 +179,21 @@ def config_help() -> dict[str, str]:
         else:
             last = None
     return helps
+
+# %% ../nbs/09e_config.ipynb #cfgsec002
+def config_sections() -> dict[str, list[str]]:
+    "Section name -> its field names, in `TrainConfig`'s order (`# --- name` headers; the first is `core`)."
+    try: src = inspect.getsource(TrainConfig)
+    except (OSError, TypeError):  # defined in a notebook cell: read the exported module's copy
+        from easyvideor1 import config as exported
+        src = inspect.getsource(exported.TrainConfig)
+    sections, cur = {}, None
+    for line in src.splitlines():
+        if m := re.match(r"^\s+# --- ([^:(]+)", line):  # "# --- media budgets (...)": "media budgets"
+            cur = sections.setdefault(m.group(1).strip(), [])
+        elif (m := re.match(r"^\s+(\w+): [^=]+=", line)) and cur is not None:
+            cur.append(m.group(1))
+    return sections
 
 # %% ../nbs/09e_config.ipynb #688c5bc0
 def _convert(name: str, value: Any, default: Any) -> Any:
@@ -352,10 +368,10 @@ def valid_samples(cfg: TrainConfig, path: Path, split: str, is_main: bool) -> li
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     "The run's config from `--config FILE`, `--resume` and `key=value` overrides."
     import argparse
-    helps = config_help()
-    d = TrainConfig()
-    keys = "\n".join(f"  {f.name} ({getattr(d, f.name)!r}): {helps[f.name]}" for f in fields(TrainConfig))
-    epilog = "config keys (key=value):\n" + keys
+    helps, d = config_help(), TrainConfig()
+    epilog = "\n".join(f"{name} keys (key=value):\n" +
+                        "\n".join(f"  {k} ({getattr(d, k)!r}): {helps[k]}" for k in keys) + "\n"
+                        for name, keys in config_sections().items())
     p = argparse.ArgumentParser(prog="python -m easyvideor1.train",
                                 description="GRPO training of a Qwen VLM on video tasks.",
                                 epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -16,8 +16,8 @@ __all__ = ['CHUNK_ELEMS', 'ADV_METHODS', 'LOSS_METHODS', 'AGGREGATIONS', 'KL_KIN
            'token_logprobs', 'entropy_from_logits', 'Advantages', 'group_index', 'group_advantages', 'group_has_signal',
            'fill_groups', 'overlong_penalty', 'TokenLoss', 'policy_token_loss', 'aggregate', 'token_stats',
            'check_loss_config', 'policy_loss', 'kl_penalty', 'tis_weights', 'mis_weights', 'rollout_is_weights',
-           'MicroBatch', 'loss_denominator', 'global_n_total', 'grpo_step', 'TinyPolicy', 'sample_tokens', 'mc_reward',
-           'train_bandit']
+           'MicroBatch', 'loss_denominator', 'global_n_total', 'LossConfig', 'loss_settings', 'grpo_step', 'TinyPolicy',
+           'sample_tokens', 'mc_reward', 'train_bandit']
 
 # %% ../nbs/06_grpo.ipynb #3586706c
 CHUNK_ELEMS = 2**24  # float32 values (64 MiB) upcast at a time in token_logprobs / entropy_from_logits
@@ -443,41 +443,52 @@ def global_n_total(micro_batches, agg: str, count_mean=None) -> float | None:
     "The loss denominator each rank passes to `grpo_step`: global count / world size (`count_mean` averages)."
     return None if count_mean is None else count_mean(loss_denominator(micro_batches, agg))
 
+# %% ../nbs/06_grpo.ipynb #losscfg02
+@dataclass
+class LossConfig:
+    "The loss of a `grpo_step`: objective, clipping, aggregation, KL, rollout correction, entropy bonus."
+    method: str = "ppo"  # "ppo", "gspo" or "cispo" (config loss_method)
+    agg: str = "token_mean"  # loss aggregation (config loss_agg; "gspo" needs "seq_mean_token_mean")
+    max_len: int | None = None  # constant L for "seq_mean_token_sum_norm" (config max_new_tokens; required there)
+    clip_low: float = 0.2  # PPO lower clip
+    clip_high: float = 0.28  # PPO upper clip
+    dual_clip: float | None = None  # dual-clip constant (None: off)
+    beta: float = 0.0  # KL coefficient (needs ref_logp)
+    kl_kind: str = "k3"  # KL estimator
+    rollout_is: str = "none"  # rollout correction (needs rollout_logp): "none", "tis" or "mis" (ROLLOUT_IS)
+    rollout_is_cap: float = 2.0  # its C
+    entropy_coef: float = 0.0  # entropy bonus (needs logp_fn to return entropy)
+    token_loss_fn: Callable | None = None  # (logp, old, mb, **clip_kw) -> TokenLoss; None: policy_token_loss
+
+def loss_settings(kw: dict) -> tuple[LossConfig, dict]:
+    "Keyword settings split into a `LossConfig` and the rest (`grpo_step`'s own: max_grad_norm, reduce_grads, ...)."
+    names = {f.name for f in fields(LossConfig)}
+    return LossConfig(**{k: v for k, v in kw.items() if k in names}), {k: v for k, v in kw.items() if k not in names}
+
 # %% ../nbs/06_grpo.ipynb #ad919cd0
 def grpo_step(
     logp_fn: Callable,  # MicroBatch -> logp (B, T), or (logp, entropy (B, T))
     micro_batches: Sequence[MicroBatch],  # one mini-batch, split to fit memory
-    optimizer: torch.optim.Optimizer,  # stepped once
+    optimizer: torch.optim.Optimizer,  # stepped once; its parameters are the ones clipped
+    loss: LossConfig | None = None,  # the loss settings (None: `LossConfig()`, PPO with token_mean)
     max_grad_norm: float | None = 1.0,  # gradient clipping (None: only measure the norm)
-    clip_low: float = 0.2,  # PPO lower clip
-    clip_high: float = 0.28,  # PPO upper clip
-    dual_clip: float | None = None,  # dual-clip constant
-    method: str = "ppo",  # "ppo", "gspo" or "cispo"
-    agg: str = "token_mean",  # loss aggregation (config loss_agg; "gspo" needs "seq_mean_token_mean")
-    max_len: int | None = None,  # constant L for "seq_mean_token_sum_norm" (required there)
-    beta: float = 0.0,  # KL coefficient (needs ref_logp)
-    kl_kind: str = "k3",  # KL estimator
-    rollout_is: str = "none",  # rollout correction (needs rollout_logp): "none", "tis" or "mis" (ROLLOUT_IS)
-    rollout_is_cap: float = 2.0,  # its C
-    tis_cap: float | None = None,  # shorthand for rollout_is="tis", rollout_is_cap=tis_cap
-    entropy_coef: float = 0.0,  # entropy bonus (needs logp_fn to return entropy)
-    token_loss_fn: Callable | None = None,  # (logp, old, mb, **clip_kw) -> TokenLoss; None: policy_token_loss
-    params: Sequence[Tensor] | None = None,  # parameters to clip (default: the optimizer's)
     n_total: float | None = None,  # loss denominator (tokens/sequences); None: this call's (DDP: the global)
+    reduce_grads: Callable | None = None,  # called on the parameters after the last backward (DDP all-reduce)
     skip_nonfinite: bool = False,  # nan/inf grad norm: skip the step (counted in "skipped"), don't raise
-    reduce_grads: Callable | None = None,  # called on `params` after the last backward (e.g. DDP all-reduce)
 ) -> dict:
     "Accumulate the loss over micro-batches, clip, step once; return plain statistics."
-    check_loss_config(method, agg, max_len)
-    if tis_cap is not None: rollout_is, rollout_is_cap = "tis", tis_cap
-    if rollout_is not in ROLLOUT_IS:
-        raise ValueError(f"grpo_step: rollout_is {rollout_is!r} not in {ROLLOUT_IS}")
+    L = loss if loss is not None else LossConfig()
+    check_loss_config(L.method, L.agg, L.max_len)
+    if L.rollout_is not in ROLLOUT_IS:
+        raise ValueError(f"grpo_step: rollout_is {L.rollout_is!r} not in {ROLLOUT_IS}")
+    token_loss_fn = L.token_loss_fn
     if token_loss_fn is None:
         token_loss_fn = lambda lp, old, mb, **kw: policy_token_loss(lp, old, mb.adv, mb.mask, **kw)
-    clip_kw = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, method=method)
-    params = list(params) if params is not None else [p for g in optimizer.param_groups for p in g["params"]]
-    if n_total is None: n_total = loss_denominator(micro_batches, agg)
+    clip_kw = dict(clip_low=L.clip_low, clip_high=L.clip_high, dual_clip=L.dual_clip, method=L.method)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if n_total is None: n_total = loss_denominator(micro_batches, L.agg)
     n_total = max(n_total, 1)  # an all-padding batch gives zero loss, not 0 / 0
+    agg = lambda x, mb: aggregate(x, mb.mask, L.agg, L.max_len, n_total)  # this step's aggregation
     acc = _StepStats()
     optimizer.zero_grad(set_to_none=True)
     for mb in micro_batches:
@@ -487,31 +498,31 @@ def grpo_step(
         tl = token_loss_fn(logp, old, mb, **clip_kw)
         loss_tok = tl.loss  # (B, T)
         # old: the trainer at the rollout weights (this step's first pass, or the stored old_logp)
-        if rollout_is != "none":
+        if L.rollout_is != "none":
             if mb.rollout_logp is None:
-                raise ValueError(f"grpo_step: rollout_is={rollout_is!r} but a MicroBatch has no rollout_logp")
-            w = rollout_is_weights(old, mb.rollout_logp, mb.mask, rollout_is, rollout_is_cap)  # (B, T)
+                raise ValueError(f"grpo_step: rollout_is={L.rollout_is!r} but a MicroBatch has no rollout_logp")
+            w = rollout_is_weights(old, mb.rollout_logp, mb.mask, L.rollout_is, L.rollout_is_cap)  # (B, T)
             loss_tok = loss_tok * w
             on = mb.mask * torch.isfinite(mb.rollout_logp)  # (B, T) tokens with an engine log-prob
             acc.add("is_weight", w, on)
             acc.peak("is_weight_max", w, on)
             # (B, T) truncated / masked
-            cut = (old - mb.rollout_logp) > math.log(rollout_is_cap) if rollout_is == "tis" else w == 0
+            cut = (old - mb.rollout_logp) > math.log(L.rollout_is_cap) if L.rollout_is == "tis" else w == 0
             acc.add("is_clipped_frac", cut.float(), on)
-        pg_loss = aggregate(loss_tok, mb.mask, agg, max_len, n_total)
-        loss = pg_loss
+        pg_loss = agg(loss_tok, mb)
+        total = pg_loss
         if mb.ref_logp is not None:
-            kl = kl_penalty(logp, mb.ref_logp, kl_kind)  # (B, T)
+            kl = kl_penalty(logp, mb.ref_logp, L.kl_kind)  # (B, T)
             acc.add("kl", kl.detach(), mb.mask)
-            if beta: loss = loss + beta * aggregate(kl, mb.mask, agg, max_len, n_total)
-        elif beta: raise ValueError("grpo_step: beta > 0 needs ref_logp in every MicroBatch")
+            if L.beta: total = total + L.beta * agg(kl, mb)
+        elif L.beta: raise ValueError("grpo_step: beta > 0 needs ref_logp in every MicroBatch")
         if ent is not None: acc.add("entropy", ent.detach(), mb.mask)
-        if entropy_coef:
+        if L.entropy_coef:
             if ent is None:
                 raise ValueError("grpo_step: entropy_coef needs logp_fn to return (logp, entropy)")
-            loss = loss - entropy_coef * aggregate(ent, mb.mask, agg, max_len, n_total)
-        loss.backward()
-        acc.sums["loss"] = acc.sums.get("loss", 0.0) + loss.item()
+            total = total - L.entropy_coef * agg(ent, mb)
+        total.backward()
+        acc.sums["loss"] = acc.sums.get("loss", 0.0) + total.item()
         acc.sums["pg_loss"] = acc.sums.get("pg_loss", 0.0) + pg_loss.item()
         acc.add_token_loss(tl, mb.mask)
     if reduce_grads is not None: reduce_grads(params)
@@ -611,7 +622,7 @@ def train_bandit(
     n_prompts: int = 8,  # prompts, each with a hidden correct option
     reward_fn: Callable = mc_reward,  # (answer letter, ground-truth letter) -> reward
     adv_method: str = "grpo",  # group_advantages method
-    **step_kw,  # more grpo_step arguments (method, agg, clip_low, ...)
+    **step_kw,  # more grpo_step settings: LossConfig's (method, agg, clip_low, ...) or its own (max_grad_norm)
 ) -> tuple[list[float], list[dict]]:  # per-step accuracy, per-step grpo_step statistics
     "GRPO on a contextual bandit: each prompt's correct option among A-D, one answer token."
     torch.manual_seed(seed)
@@ -621,6 +632,7 @@ def train_bandit(
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     prompts = torch.arange(n_prompts, device="cpu").repeat_interleave(G)  # (P*G,)
     logp_fn = lambda mb: token_logprobs(policy(mb.inputs["prompts"], mb.inputs["ids"]), mb.inputs["ids"])
+    loss, step_kw = loss_settings(step_kw)
     acc, stats = [], []
     for step in range(steps):
         ids, mask = sample_tokens(policy, prompts, generator=gen)  # (P*G, 1)
@@ -628,6 +640,6 @@ def train_bandit(
         rewards = torch.tensor([reward_fn(a, t) for a, t in zip(answers, truth)], device="cpu")  # (P*G,)
         acc.append(sum(a == t for a, t in zip(answers, truth)) / len(answers))
         adv, _ = group_advantages(rewards, group_size=G, method=adv_method)  # (P*G,)
-        stats.append(grpo_step(logp_fn, [MicroBatch(dict(prompts=prompts, ids=ids), mask, adv)], opt,
+        stats.append(grpo_step(logp_fn, [MicroBatch(dict(prompts=prompts, ids=ids), mask, adv)], opt, loss,
                                **step_kw))
     return acc, stats

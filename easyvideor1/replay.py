@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from .grpo import (MicroBatch, TinyPolicy, TokenLoss, group_advantages, grpo_step,
+from .grpo import (MicroBatch, TinyPolicy, TokenLoss, group_advantages, grpo_step, loss_settings,
                               policy_token_loss, sample_tokens, token_logprobs)
 
 # %% auto #0
@@ -284,7 +284,7 @@ def offpolicy_loss_fn(
     gamma: float = 0.1,  # LUFFY's shaping constant
     is_cap: float = 2.0,  # "is_clip" truncation
     **clip_kw,  # clip_low, clip_high, dual_clip, method for online rows; grpo_step's settings override these
-) -> Callable:  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss, for grpo_step(token_loss_fn=...)
+) -> Callable:  # (logp, old_logp, MicroBatch, **clip settings) -> TokenLoss, for LossConfig(token_loss_fn=...)
     "A grpo_step token loss that applies the off-policy treatment to offline rows."
     if offpolicy not in OFFPOLICY:
         raise ValueError(f"offpolicy_loss_fn: offpolicy {offpolicy!r} not in {OFFPOLICY}")
@@ -338,7 +338,7 @@ def train_sparse(
     accuracy_threshold: float | None = None,  # mix offline only into groups with online accuracy below this
     behaviour_logp: float | None = None,  # behaviour log-prob per offline token (0.0: deterministic teacher)
     offline_eot: bool = True,  # append <|im_end|> to offline text (False: the original's behaviour)
-    **step_kw,  # more grpo_step arguments (clip_low, clip_high, agg, ...)
+    **step_kw,  # more grpo_step settings: LossConfig's (clip_low, clip_high, agg, ...) or its own
 ) -> list[dict]:  # per step: online accuracy, grad norm, replay metrics
     "GRPO with (or without) offline trajectories on an exact-answer task."
     torch.manual_seed(seed)
@@ -356,6 +356,7 @@ def train_sparse(
                 for t in offline_texts(s)]
                for i, s in enumerate(samples)]
     logp_fn = lambda mb: token_logprobs(policy(mb.inputs["prompts"], mb.inputs["ids"]), mb.inputs["ids"])
+    loss, step_kw = loss_settings(dict(step_kw, token_loss_fn=offpolicy_loss_fn(offpolicy)))
     log = []
     for step in range(steps):
         plans = plan_groups(samples, G, mode, accuracy_threshold=accuracy_threshold)
@@ -374,7 +375,7 @@ def train_sparse(
         b = pad_trajectories(trajs)
         mb = MicroBatch(dict(prompts=torch.tensor(gids, device="cpu"), ids=b["ids"]), b["mask"], adv,
                         behaviour_logp=b["behaviour_logp"], is_offline=b["is_offline"])
-        st = grpo_step(logp_fn, [mb], opt, token_loss_fn=offpolicy_loss_fn(offpolicy), **step_kw)
+        st = grpo_step(logp_fn, [mb], opt, loss, **step_kw)
         on = [t for t in trajs if not t.is_offline]
         acc = sum(t.reward for t in on) / len(on)
         log.append(dict(step=step, online_acc=acc, n_zero_var=n_zero, **st, **replay_metrics(trajs, adv)))

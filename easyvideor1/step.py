@@ -4,8 +4,8 @@
 
 # %% ../nbs/09g_step.ipynb #80263afe
 from __future__ import annotations
-import dataclasses, math, time
-from dataclasses import dataclass
+import contextlib, dataclasses, math, random, time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from .config import TrainConfig, fsdp_dtypes, lr_lambda, rollout_is_mode
 from .data import load_media, prompt_inputs, unwrap_vlm
 from .evaluate import score_extras
 from .grpo import (MicroBatch, fill_groups, global_n_total, group_advantages, group_has_signal,
-                              grpo_step, overlong_penalty)
+                              grpo_step, loss_settings, overlong_penalty)
 from .lora import apply_lora, reference_model, tower_frozen, use_vision_features
 from .models import save_vlm
 from .parallel import Ranks, fsdp_modules, pad_micro_batches, shard_fsdp2
@@ -28,16 +28,39 @@ from .rollout import HFEngine, VLLMEngine, VLLMServer, rollout_prompt
 from .warmstart import sft_update
 
 # %% auto #0
-__all__ = ['MISMATCH_CAUSES', 'step_seed', 'sample_prompts', 'shard', 'load_prompts', 'replay_rows', 'offline_groups',
-           'rollout_groups', 'make_engine', 'sync_engine', 'make_policy', 'make_optimizer', 'score_groups',
-           'mix_offline', 'Draw', 'draw_groups', 'extra_prompts', 'collect_groups', 'grpo_advantages', 'grpo_row',
-           'step_micro_batches', 'online_rollout_logp', 'rollout_gap', 'mismatch_metrics', 'mismatch_warning',
-           'rollout_mismatch', 'grpo_update', 'update_kw', 'warm_start_step', 'grpo_phases']
+__all__ = ['MISMATCH_CAUSES', 'step_seed', 'seed_step', 'StepClock', 'sample_prompts', 'shard', 'step_prompts', 'load_prompts',
+           'replay_rows', 'offline_groups', 'rollout_groups', 'make_engine', 'sync_engine', 'make_policy',
+           'make_optimizer', 'score_groups', 'mix_offline', 'Draw', 'draw_groups', 'extra_prompts', 'keep_signal',
+           'batch_full', 'kept_draw', 'grpo_advantages', 'grpo_row', 'step_micro_batches', 'online_rollout_logp',
+           'rollout_gap', 'mismatch_metrics', 'mismatch_warning', 'rollout_mismatch', 'grpo_update', 'update_kw',
+           'warm_start_step', 'update_phase']
 
 # %% ../nbs/09g_step.ipynb #1de4fca4
 def step_seed(seed: int, step: int, rank: int = 0, salt: int = 0) -> int:
     "A seed that is a pure function of (seed, step, rank): resumed runs sample exactly as uninterrupted ones."
     return int(np.random.SeedSequence([seed, step, rank, salt]).generate_state(1)[0])
+
+# %% ../nbs/09g_step.ipynb #seedstep01
+def seed_step(seed: int, step: int, rank: int = 0):
+    "Seed torch and `random` from (seed, step, rank) at the start of a step: a resumed step draws what the first did."
+    torch.manual_seed(step_seed(seed, step, rank))
+    random.seed(step_seed(seed, step, rank, 1))
+
+# %% ../nbs/09g_step.ipynb #stepclk02
+@dataclass
+class StepClock:
+    "Seconds per phase of one step: `with clock('rollout'): ...` adds that block's time to its phase."
+    seconds: dict = field(default_factory=dict)  # phase -> seconds, in the order phases first ran
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t0 = time.time()
+        try: yield
+        finally: self.seconds[phase] = self.seconds.get(phase, 0.0) + time.time() - t0
+
+    def row(self) -> dict:
+        "The log row's `time/<phase>` entries."
+        return {f"time/{k}": v for k, v in self.seconds.items()}
 
 # %% ../nbs/09g_step.ipynb #19a96d4b
 def sample_prompts(
@@ -59,6 +82,21 @@ def shard(items: list, rank: int, world_size: int) -> list:
         raise ValueError(f"shard: {len(items)} items do not split over {world_size} ranks")
     n = len(items) // world_size
     return items[rank * n:(rank + 1) * n]
+
+# %% ../nbs/09g_step.ipynb #stepprm02
+def step_prompts(
+    pool: list,  # the samples to draw from
+    step: int,  # global step
+    n_prompts: int,  # prompts over all ranks
+    seed: int,  # run seed
+    rank: int = 0,
+    world: int = 1,
+    draw: int = 0,  # 0: the step's batch; d > 0: dynamic sampling's d-th extra draw
+) -> list:
+    "Phase 1: this rank's share of the step's prompts (`sample_prompts`, or `extra_prompts` for an extra draw)."
+    ids = (sample_prompts(len(pool), step, n_prompts, seed) if draw == 0
+           else extra_prompts(len(pool), step, draw, n_prompts, seed))
+    return [pool[i] for i in shard(ids, rank, world)]
 
 # %% ../nbs/09g_step.ipynb #6380d42a
 def load_prompts(samples, processor, video_contract, image_contract, cache=None,
@@ -179,32 +217,30 @@ class Draw:
 
 # %% ../nbs/09g_step.ipynb #cb9fe9cb
 def draw_groups(engine, batch, prompts, rprompts, offline, sampling, cfg: TrainConfig, step: int, rank: int,
-                timings: dict, draw: int = 0) -> Draw:
+                clock: StepClock, draw: int = 0) -> Draw:
     "Phases 3-5 for one draw: rollout, offline mixing, rewards (with DAPO's overlong penalty when set)."
     mode = None if cfg.offline_mode == "none" else cfg.offline_mode
     threshold = cfg.offline_threshold if cfg.offline_threshold >= 0 else None
     plans = plan_groups(replay_rows(batch), cfg.group_size, mode, cfg.offline_per_group, threshold)
-    t0 = time.time()
     # draw 0: the seed of a run without extra draws
     seed = step_seed(cfg.seed, step, rank, 2 + 10 * draw) % 2**31
     engine_prompts = prompts if isinstance(engine, HFEngine) else rprompts  # HF: from the model inputs
     sampling = dataclasses.replace(sampling, seed=seed)
-    comps = rollout_groups(engine, engine_prompts, [p.n_online for p in plans], sampling)  # phase 3
+    with clock("rollout"):
+        comps = rollout_groups(engine, engine_prompts, [p.n_online for p in plans], sampling)  # phase 3
     online = [[Trajectory(c.token_ids, c.text, truncated=c.finish_reason == "length", logp=c.logprobs)
                for c in g] for g in comps]
-    timings["rollout"] = timings.get("rollout", 0.0) + time.time() - t0
-    t0 = time.time()
-    conditional = any(p.conditional for p in plans)  # only a conditional mix reads the online scores first
-    online_scores = score_groups(batch, online, cfg.strict_format)[0] if conditional else [[] for _ in online]
-    groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
-    scores, stats = score_groups(batch, groups, cfg.strict_format)  # phase 5
-    if cfg.overlong_buffer:
-        flat = [t for g in groups for t in g]
-        pen = overlong_penalty([len(t.ids) for t in flat], cfg.max_new_tokens, cfg.overlong_buffer,
-                               cfg.overlong_penalty)  # (N,)
-        for t, x in zip(flat, pen.tolist()):
-            t.reward += x
-    timings["reward"] = timings.get("reward", 0.0) + time.time() - t0
+    with clock("reward"):
+        conditional = any(p.conditional for p in plans)  # only a conditional mix reads the online scores first
+        online_scores = score_groups(batch, online, cfg.strict_format)[0] if conditional else [[] for _ in online]
+        groups = mix_offline(online, offline, plans, online_scores, cfg.offline_threshold)  # phase 4
+        scores, stats = score_groups(batch, groups, cfg.strict_format)  # phase 5
+        if cfg.overlong_buffer:
+            flat = [t for g in groups for t in g]
+            pen = overlong_penalty([len(t.ids) for t in flat], cfg.max_new_tokens, cfg.overlong_buffer,
+                                   cfg.overlong_penalty)  # (N,)
+            for t, x in zip(flat, pen.tolist()):
+                t.reward += x
     return Draw(batch, prompts, groups, online, scores, stats)
 
 # %% ../nbs/09g_step.ipynb #3404e9da
@@ -214,26 +250,24 @@ def extra_prompts(n_samples: int, step: int, draw: int, k: int, seed: int) -> li
     return [int(i) for i in rng.choice(n_samples, size=min(k, n_samples), replace=False)]
 
 # %% ../nbs/09g_step.ipynb #a1ffb0d3
-def collect_groups(draw, n_groups: int, dynamic: bool = False, max_extra_draws: int = 3,
-                   rank_min=None) -> tuple[Draw, Draw, dict]:
-    "Phases 1-5, dynamic sampling: the first draw (unbiased, for the log), the trained batch, draw counts."
-    first = draw(0)
-    if not dynamic: return first, first, {}
-    kept, spare = [], []
-    counts = dict(groups_drawn=0, groups_kept=0, groups_dropped=0, extra_draws=0)
-    for d in range(1 + max_extra_draws):
-        cur = first if d == 0 else draw(d)
-        items = list(zip(cur.samples, cur.prompts, cur.groups, cur.online, cur.scores))
-        ids = [i for i, g in enumerate(cur.groups) for _ in g]
-        signal = group_has_signal([t.reward for g in cur.groups for t in g], group_ids=ids)
-        kept, c = fill_groups(kept, items, signal, n_groups)
-        spare = [it for it, s in zip(items, signal.tolist()) if not s]
-        for k in ("drawn", "kept", "dropped"):
-            counts[f"groups_{k}"] += c[k]
-        counts["extra_draws"] = d
-        if (len(kept) if rank_min is None else rank_min(len(kept))) >= n_groups: break
-    kept += spare[:n_groups - len(kept)]  # the cap was reached: zero-variance groups keep ranks' work equal
-    return first, Draw(*[list(x) for x in zip(*kept)], stats=first.stats), counts
+def keep_signal(kept: list, cur: Draw, n_groups: int, counts: dict) -> tuple[list, list]:
+    "Dynamic sampling: `cur`'s groups with reward variance join `kept` (up to n_groups); (kept, spares); counts added."
+    items = list(zip(cur.samples, cur.prompts, cur.groups, cur.online, cur.scores))
+    ids = [i for i, g in enumerate(cur.groups) for _ in g]
+    signal = group_has_signal([t.reward for g in cur.groups for t in g], group_ids=ids)
+    kept, c = fill_groups(kept, items, signal, n_groups)
+    for k in ("drawn", "kept", "dropped"):
+        counts[f"groups_{k}"] += c[k]
+    return kept, [it for it, s in zip(items, signal.tolist()) if not s]
+
+def batch_full(kept: list, n_groups: int, rank_min=None) -> bool:
+    "Whether every rank holds n_groups groups with signal (`rank_min`: the least over ranks; None: one process)."
+    return (len(kept) if rank_min is None else rank_min(len(kept))) >= n_groups
+
+def kept_draw(kept: list, spare: list, n_groups: int, stats) -> Draw:
+    "The trained batch: the kept groups, then the last draw's spares when the cap was reached (equal work per rank)."
+    kept = kept + spare[:n_groups - len(kept)]
+    return Draw(*[list(x) for x in zip(*kept)], stats=stats)
 
 # %% ../nbs/09g_step.ipynb #4cf2e411
 def grpo_advantages(groups, method: str, stats_reduce=None):
@@ -377,10 +411,11 @@ def grpo_update(model, prompts, groups, adv, optimizer, *, micro_batch_size: int
             ref_fn = PrefixLogp(ref, shared_prefix, temperature)
             for mb in mbs:
                 mb.ref_logp = ref_fn(mb)  # (b, T)
+    loss, step_kw = loss_settings(dict(step_kw, agg=agg, rollout_is=rollout_is, rollout_is_cap=rollout_is_cap,
+                                       token_loss_fn=offpolicy_loss_fn(offpolicy)))  # LossConfig, and the rest
     stats = {}
     for _ in range(updates):
-        stats = grpo_step(logp_fn, mbs, optimizer, token_loss_fn=offpolicy_loss_fn(offpolicy), agg=agg,
-                          n_total=n_total, rollout_is=rollout_is, rollout_is_cap=rollout_is_cap, **step_kw)
+        stats = grpo_step(logp_fn, mbs, optimizer, loss, n_total=n_total, **step_kw)
     stats["masked_truncated"] = int(sum(int(p["truncated"].sum()) for p in padded)) if mask_truncated else 0
     stats.update(mismatch_metrics(torch.cat(gaps, 1) if gaps else torch.zeros(2, 0, device="cpu")))
     return stats
@@ -407,16 +442,10 @@ def warm_start_step(policy, processor, optimizer, batch, prompts, cfg: TrainConf
     return dict(phase="sft", answer_only=answer_only, format_only=sum(uniform)), st
 
 # %% ../nbs/09g_step.ipynb #gphases01
-def grpo_phases(draw, n_prompts: int, policy, optimizer, engine, cfg: TrainConfig, ranks: Ranks,
-                ref_model=None, pad_id: int = 0) -> tuple[dict, dict]:
-    "Phases 3-7 of a GRPO step: the groups (dynamic sampling), advantages, the update (if any signal)."
-    first, trained, counts = collect_groups(draw, n_prompts, cfg.dynamic_sampling, cfg.max_extra_draws,
-                                            ranks.rank_min)
-    if cfg.vllm_sleep:
-        engine.sleep()  # until the push of phase 8 wakes it (its caches are reset there every step)
-    adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, ranks.stats_reduce)  # phase 6
-    row = grpo_row(first, trained, adv, n_zero, counts)
-    signal = row["groups"] - n_zero  # groups whose rewards differ: the only source of gradient
+def update_phase(policy, optimizer, batch: Draw, adv, n_zero: int, cfg: TrainConfig, ranks: Ranks,
+                 ref_model=None, pad_id: int = 0) -> dict:
+    "Phase 7: `grpo_update` when a group on any rank has reward variance; else nothing moves (vLLM: the gap logged)."
+    signal = len(batch.groups) - n_zero  # groups whose rewards differ: the only source of gradient
     if ranks.count_mean:
         signal = ranks.count_mean(signal)  # over all ranks: every rank takes the same branch
     kw = dict(micro_batch_size=cfg.micro_batch_size, pad_id=pad_id, shared_prefix=cfg.shared_prefix,
@@ -424,11 +453,11 @@ def grpo_phases(draw, n_prompts: int, policy, optimizer, engine, cfg: TrainConfi
     if signal == 0:  # every group agrees: no gradient, and momentum alone must not move the policy
         # vLLM (not under FSDP2): the engine gap is still logged
         gap = cfg.engine != "hf" and ranks.rank_max is None
-        mismatch = rollout_mismatch(policy, trained.prompts, trained.groups, **kw) if gap else {}
-        return row, dict(no_signal=1, **mismatch)
-    st = grpo_update(policy, trained.prompts, trained.groups, adv, optimizer, updates=cfg.updates_per_batch,
+        mismatch = rollout_mismatch(policy, batch.prompts, batch.groups, **kw) if gap else {}
+        return dict(no_signal=1, **mismatch)
+    st = grpo_update(policy, batch.prompts, batch.groups, adv, optimizer, updates=cfg.updates_per_batch,
                      offpolicy=cfg.offpolicy, ref_model=ref_model, beta=cfg.beta, kl_kind=cfg.kl_kind,
                      mask_truncated=cfg.mask_truncated, rank_max=ranks.rank_max,
                      rollout_is=rollout_is_mode(cfg), rollout_is_cap=cfg.rollout_is_cap,
-                     **kw, **update_kw(cfg, ranks))  # phase 7
-    return row, dict(st, no_signal=0)
+                     **kw, **update_kw(cfg, ranks))
+    return dict(st, no_signal=0)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_train.ipynb #26dbc45f
 from __future__ import annotations
-import contextlib, json, os, random, time
+import contextlib, json, os, time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -26,15 +26,15 @@ from .replay import check_offpolicy_data
 from .report import append_jsonl, collapse_signs, per_type, plot_curves, show_table, table_md
 from .rollout import SamplingConfig, use_released_positions
 from .step import (
-    draw_groups, extra_prompts, grpo_phases, load_prompts, make_engine, mismatch_warning, offline_groups,
-    replay_rows, sample_prompts, shard, step_seed, sync_engine, warm_start_step)
-from .step import make_optimizer, make_policy
+    Draw, StepClock, batch_full, draw_groups, grpo_advantages, grpo_row, keep_signal, kept_draw, load_prompts,
+    make_engine, make_optimizer, make_policy, mismatch_warning, offline_groups, replay_rows, seed_step, step_prompts,
+    sync_engine, update_phase, warm_start_step)
 from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 
 # %% auto #0
-__all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'train_step', 'log_step', 'after_step',
-           'finish', 'train', 'main']
+__all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'step_groups', 'run_prompts', 'train_step',
+           'warm_start_train_step', 'log_step', 'after_step', 'finish', 'train', 'main']
 
 # %% ../nbs/10_train.ipynb #ada45720
 @dataclass
@@ -196,59 +196,71 @@ def save_run(run: Run, step: int) -> Path:
     return save_checkpoint(run.policy, run.processor, run.optimizer, run.scheduler, state, run.out,
                            run.cfg.keep_checkpoints, run.main, run.wait)
 
+# %% ../nbs/10_train.ipynb #stepgrp02
+def step_groups(run: Run, step: int, batch, prompts, rprompts, clock: StepClock, draw: int = 0) -> Draw:
+    "Phases 3-5 of one draw: rollout, offline mixing and rewards (`draw_groups`), no gradients, the policy gathered."
+    with torch.no_grad(), gathered(run.policy) if run.cfg.engine == "hf" else contextlib.nullcontext():
+        offline = offline_groups(batch, run.processor.tokenizer, run.cfg.max_new_tokens)
+        return draw_groups(run.engine, batch, prompts, rprompts, offline, run.sampling, run.cfg, step, run.rank,
+                           clock, draw)
+
+# %% ../nbs/10_train.ipynb #stepgrp03
+def run_prompts(run: Run, batch) -> tuple[list, list]:
+    "Phase 2 for this run: the batch's model inputs (on the run's device) and rollout prompts (`load_prompts`)."
+    return load_prompts(batch, run.processor, run.vc, run.ic, run.cache, run.acc.device)
+
 # %% ../nbs/10_train.ipynb #7eac9c73
 def train_step(run: Run, step: int) -> dict:
-    "Phases 1-8 of one step (the warm start's or GRPO's) on this rank; the step's log row."
-    cfg, rank, world, policy, processor = run.cfg, run.rank, run.world, run.policy, run.processor
-    vc, ic, cache, device = run.vc, run.ic, run.cache, run.acc.device
-    torch.manual_seed(step_seed(cfg.seed, step, rank))
-    random.seed(step_seed(cfg.seed, step, rank, 1))
-    t = {}
-    t0 = time.time()
-    sft = step < cfg.sft_steps  # the warm start (`09c_warmstart`), then GRPO
-    if step == cfg.sft_steps:
-        run.ref_model = start_grpo(run.optimizer, policy, cfg.reset_momentum, cfg.beta, run.out / "reference",
+    "One step on this rank: the warm start's (`warm_start_train_step`) or GRPO's phases 1-8; the step's log row."
+    cfg, ranks, clock = run.cfg, run.ranks, StepClock()
+    if step < cfg.sft_steps: return warm_start_train_step(run, step)
+    seed_step(cfg.seed, step, run.rank)
+    if step == cfg.sft_steps:  # the hand-over: the KL reference, momentum reset
+        run.ref_model = start_grpo(run.optimizer, run.policy, cfg.reset_momentum, cfg.beta, run.out / "reference",
                                    run.main, run.wait)
-    if not sft and run.t_grpo is None: run.t_grpo = time.time()
-    pool = run.samples
-    if sft:
-        pool = [s for s in pool if s.has_offline] + (run.formats if step >= cfg.sft_answer_steps else [])
-    if sft and not pool:
+    if run.t_grpo is None: run.t_grpo = time.time()
+    batch = step_prompts(run.samples, step, cfg.prompts_per_step, cfg.seed, run.rank, run.world)  # phase 1
+    with clock("load"): prompts, rprompts = run_prompts(run, batch)  # phase 2
+    first = step_groups(run, step, batch, prompts, rprompts, clock)  # phases 3-5: rollout, offline mix, rewards
+    trained, counts, n = first, {}, len(batch)
+    if cfg.dynamic_sampling:  # DAPO: train only groups whose rewards differ; draw more prompts to fill the batch
+        counts = dict(groups_drawn=0, groups_kept=0, groups_dropped=0, extra_draws=0)
+        kept, spare = keep_signal([], first, n, counts)
+        while not batch_full(kept, n, ranks.rank_min) and counts["extra_draws"] < cfg.max_extra_draws:
+            d = counts["extra_draws"] = counts["extra_draws"] + 1
+            more = step_prompts(run.samples, step, cfg.prompts_per_step, cfg.seed, run.rank, run.world, d)  # 1
+            with clock("load"): p, rp = run_prompts(run, more)  # 2
+            kept, spare = keep_signal(kept, step_groups(run, step, more, p, rp, clock, d), n, counts)  # 3-5
+        trained = kept_draw(kept, spare, n, first.stats)
+    if cfg.vllm_sleep: run.engine.sleep()  # until the push of phase 8 wakes it
+    adv, n_zero = grpo_advantages(trained.groups, cfg.adv_method, ranks.stats_reduce)  # phase 6
+    row = grpo_row(first, trained, adv, n_zero, counts)  # the first draw's rewards, the batch's signal
+    with clock("update"):  # phase 7
+        st = update_phase(run.policy, run.optimizer, trained, adv, n_zero, cfg, ranks, run.ref_model,
+                          run.processor.tokenizer.pad_token_id)
+        run.scheduler.step()
+    with clock("sync"): sync_engine(run.engine, run.policy)  # phase 8
+    row.update(step=step, lr=run.scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
+               **clock.row())
+    return row
+
+# %% ../nbs/10_train.ipynb #wsts0002
+def warm_start_train_step(run: Run, step: int) -> dict:
+    "One warm-start step on this rank (`09c_warmstart`): cross-entropy on offline trajectories; the step's log row."
+    cfg, clock = run.cfg, StepClock()
+    seed_step(cfg.seed, step, run.rank)
+    pool = [s for s in run.samples if s.has_offline] + (run.formats if step >= cfg.sft_answer_steps else [])
+    if not pool:
         raise ValueError(f"sft_steps={cfg.sft_steps} but no training sample has an offline trajectory")
-    n_prompts = cfg.sft_batch_size if sft else cfg.prompts_per_step
-    ids = shard(sample_prompts(len(pool), step, n_prompts, cfg.seed), rank, world)
-    batch = [pool[i] for i in ids]  # phase 1
-    prompts, rprompts = load_prompts(batch, processor, vc, ic, cache, device)  # phase 2
-    t["load"] = time.time() - t0
-    def draw(d):  # phases 1-5 of the d-th draw of this step's prompts (d > 0 only with dynamic sampling)
-        if d == 0:
-            b = batch
-        else:
-            more = shard(extra_prompts(len(pool), step, d, n_prompts, cfg.seed), rank, world)
-            b = [pool[i] for i in more]
-        t1 = time.time()
-        p, rp = (prompts, rprompts) if d == 0 else load_prompts(b, processor, vc, ic, cache, device)
-        t["load"] += time.time() - t1
-        # FSDP2: one gathering for the whole draw
-        with torch.no_grad(), gathered(policy) if cfg.engine == "hf" else contextlib.nullcontext():
-            offline = offline_groups(b, processor.tokenizer, cfg.max_new_tokens)
-            return draw_groups(run.engine, b, p, rp, offline, run.sampling, cfg, step, rank, t, d)
-    # phase 7 below: the time of rollouts, rewards and extra loads is not update time
-    t0, busy = time.time(), sum(t.values())
-    if sft:  # phase 7
-        row, st = warm_start_step(policy, processor, run.optimizer, batch, prompts, cfg, step,
+    batch = step_prompts(pool, step, cfg.sft_batch_size, cfg.seed, run.rank, run.world)  # phase 1
+    with clock("load"): prompts, _ = run_prompts(run, batch)  # phase 2
+    with clock("update"):  # phase 7
+        row, st = warm_start_step(run.policy, run.processor, run.optimizer, batch, prompts, cfg, step,
                                   run.format_ids, run.ranks)
-    else:  # phases 3-7
-        row, st = grpo_phases(draw, len(batch), policy, run.optimizer, run.engine, cfg, run.ranks,
-                              run.ref_model, processor.tokenizer.pad_token_id)
-    run.scheduler.step()
-    t["update"] = time.time() - t0 - (sum(t.values()) - busy)
-    t0 = time.time()
-    sync_engine(run.engine, policy)  # phase 8
-    t["sync"] = time.time() - t0
-    row.update(step=step, lr=run.scheduler.get_last_lr()[0],
-               **{k: v for k, v in st.items() if np.isscalar(v)},
-               **{f"time/{k}": v for k, v in t.items()})
+        run.scheduler.step()
+    with clock("sync"): sync_engine(run.engine, run.policy)  # phase 8
+    row.update(step=step, lr=run.scheduler.get_last_lr()[0], **{k: v for k, v in st.items() if np.isscalar(v)},
+               **clock.row())
     return row
 
 # %% ../nbs/10_train.ipynb #65259386

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .data import call_vlm, collate, forward_vlm, with_completion
-from .grpo import MicroBatch, global_n_total, grpo_step, token_logprobs
+from .grpo import MicroBatch, global_n_total, grpo_step, loss_settings, token_logprobs
 from .parallel import pad_micro_batches
 from .replay import Trajectory, offline_trajectory
 from .rewards import answer_span
@@ -223,7 +223,8 @@ def sft_update(model, prompts, trajs, processor, optimizer, micro_batch_size: in
         # padding (mask 0) not counted
         if len(nll) < n_real: nll.append((-(lp.detach() * mb.mask).sum() / mb.mask.sum()).item())
         return lp_alt
-    stats = grpo_step(recording, mbs, optimizer, agg=agg, n_total=n_total, **step_kw)
+    loss, step_kw = loss_settings(dict(step_kw, agg=agg))  # the clip settings (`update_kw`), and the rest
+    stats = grpo_step(recording, mbs, optimizer, loss, n_total=n_total, **step_kw)
     return dict(stats, nll=float(np.mean(nll)))
 
 # %% ../nbs/09c_warmstart.ipynb #e0f81ec4

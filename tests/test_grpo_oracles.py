@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from easyvideor1.grpo import (ADV_METHODS, AGGREGATIONS, KL_ALIASES, KL_KINDS, LOSS_METHODS, MicroBatch, aggregate,
+from easyvideor1.grpo import (ADV_METHODS, AGGREGATIONS, KL_ALIASES, KL_KINDS, LOSS_METHODS, LossConfig, MicroBatch, aggregate,
                               check_loss_config, entropy_from_logits, group_advantages, grpo_step, kl_penalty,
                               loss_denominator, overlong_penalty, policy_loss, tis_weights, token_logprobs)
 
@@ -211,7 +211,7 @@ def test_gspo_rejects_token_level_aggregation(agg):
         policy_loss(logp, old, adv, mask, method="gspo", agg=agg, max_len=8)
     with pytest.raises(ValueError, match="loss_agg"):
         grpo_step(lambda mb: logp, [MicroBatch(None, mask, adv)], torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1),
-                  method="gspo", agg=agg, max_len=8)
+                  LossConfig(method="gspo", agg=agg, max_len=8))
     with pytest.raises(ValueError, match="seq_mean_token_mean"):
         check_loss_config("gspo", agg, 8)
 
@@ -251,7 +251,7 @@ def test_dr_grpo_requires_its_constant():
         aggregate(loss, mask, "seq_mean_token_sum_norm")
     with pytest.raises(ValueError, match="max_len"):
         grpo_step(lambda mb: torch.zeros(2, 2, requires_grad=True), [MicroBatch(None, mask, torch.ones(2))],
-                  torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1), agg="seq_mean_token_sum_norm")
+                  torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1), LossConfig(agg="seq_mean_token_sum_norm"))
     whole = aggregate(loss, mask, "seq_mean_token_sum_norm", max_len=2)
     split = (aggregate(loss[:1], mask[:1], "seq_mean_token_sum_norm", max_len=2, n_total=2)
              + aggregate(loss[1:, :1], mask[1:, :1], "seq_mean_token_sum_norm", max_len=2, n_total=2))
@@ -337,8 +337,8 @@ def step_grad(mbs, method, agg, n_total=None):
     def logp_fn(mb):
         logits = model(mb.inputs["x"])  # (b, T, V)
         return token_logprobs(logits, mb.inputs["ids"]), entropy_from_logits(logits)
-    st = grpo_step(logp_fn, mbs, torch.optim.SGD(model.parameters(), lr=0.0), max_grad_norm=None, method=method, agg=agg,
-                   max_len=8, beta=0.05, kl_kind="k3", entropy_coef=0.01, dual_clip=DUAL, n_total=n_total,
+    loss = LossConfig(method=method, agg=agg, max_len=8, beta=0.05, kl_kind="k3", entropy_coef=0.01, dual_clip=DUAL)
+    st = grpo_step(logp_fn, mbs, torch.optim.SGD(model.parameters(), lr=0.0), loss, max_grad_norm=None, n_total=n_total,
                    reduce_grads=lambda ps: grads.append(torch.cat([p.grad.flatten() for p in ps])))
     return st["loss"], grads[0]
 
@@ -374,3 +374,12 @@ def test_loss_and_gradient_do_not_depend_on_the_rank_split(method):
             assert torch.allclose(sum(g for _, g in outs) / W, g1, atol=1e-6), (method, agg)
             local = [step_grad(s, method, agg) for s in shards]  # each rank's own denominator: not the batch's loss
             assert not torch.allclose(sum(g for _, g in local) / W, g1, atol=1e-4), (method, agg)
+
+
+def test_grpo_step_takes_its_loss_as_one_config():
+    "`grpo_step` has at most 8 parameters, the loss settings in one `LossConfig`; `loss_settings` splits loose keywords."
+    import inspect
+    from easyvideor1.grpo import loss_settings
+    assert len(inspect.signature(grpo_step).parameters) <= 8
+    loss, rest = loss_settings(dict(method="gspo", agg="seq_mean_token_mean", beta=0.1, max_grad_norm=None))
+    assert (loss.method, loss.agg, loss.beta, loss.clip_low) == ("gspo", "seq_mean_token_mean", 0.1, 0.2) and rest == dict(max_grad_norm=None)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from easyvideor1.data import Media, Sample, prompt_inputs
-from easyvideor1.grpo import grpo_step
+from easyvideor1.grpo import LossConfig, grpo_step
 from easyvideor1.models import qwen_processor, qwen_vlm
 from easyvideor1.prefix import GroupChunk, PrefixLogp, group_logprobs, group_micro_batches, groups_logprobs
 from easyvideor1.synthetic import direction_clip, ground_image
@@ -102,7 +102,7 @@ def test_grpo_step_two_groups_updates_like_naive(models):
         # grpo_step zeroes the gradients after its step: read them at the step
         opt.step = lambda *a, **k: captured.update({n: torch.zeros_like(q) if q.grad is None else q.grad.clone()
                                                    for n, q in m.named_parameters()})
-        out[shared] = (captured, grpo_step(fn, mbs, opt, max_grad_norm=None, entropy_coef=0.01))
+        out[shared] = (captured, grpo_step(fn, mbs, opt, LossConfig(entropy_coef=0.01), max_grad_norm=None))
         assert captured
     assert max_rel(out[True][0], out[False][0]) <= 1e-4
     assert abs(out[True][1]["loss"] - out[False][1]["loss"]) <= 1e-5

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from easyvideor1.grpo import MicroBatch, grpo_step
+from easyvideor1.grpo import LossConfig, MicroBatch, grpo_step
 
 torch.set_num_threads(1)
 
@@ -18,7 +18,7 @@ def one_step(rollout_is, rollout_logp, cap=2.0):
     adv = torch.tensor([1.0, -2.0, 0.5])
     before = logp.detach().clone()
     st = grpo_step(lambda mb: logp * 1, [MicroBatch(None, mask, adv, rollout_logp=rollout_logp)], torch.optim.SGD([logp], lr=1.0),
-                   max_grad_norm=None, rollout_is=rollout_is, rollout_is_cap=cap)
+                   LossConfig(rollout_is=rollout_is, rollout_is_cap=cap), max_grad_norm=None)
     return (logp.detach() - before), st  # = -grad = adv * w * mask / n_tokens at ratio 1 (inside the clip)
 
 

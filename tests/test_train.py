@@ -31,6 +31,22 @@ def test_cli_help_lists_every_config_key():
         assert f"  {key} (" in out.stdout
 
 
+def test_cli_help_shows_the_core_keys_first(capsys):
+    "`--help` lists TrainConfig's ~25 core keys (its first fields, `config_sections()['core']`) before the sections of the rest."
+    import re
+    from dataclasses import fields
+    from easyvideor1.config import TrainConfig, config_sections, parse_args
+    core, names = config_sections()["core"], [f.name for f in fields(TrainConfig)]
+    assert 20 <= len(core) <= 30 and names[:len(core)] == core
+    assert [k for ks in config_sections().values() for k in ks] == names  # every key in one section, in field order
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = capsys.readouterr().out
+    listed = re.findall(r"^  (\w+) \(", out, re.M)
+    assert listed[:len(core)] == core and sorted(listed) == sorted(names)
+    assert out.index("core keys") < out.index("data keys") < out.index("GRPO keys")
+
+
 def test_cli_rejects_unknown_key(tmp_path):
     out = subprocess.run([sys.executable, "-m", "easyvideor1.train", "max_stepz=1"], capture_output=True, text=True, env=_env())
     assert out.returncode != 0 and "unknown key 'max_stepz'" in out.stderr
@@ -347,12 +363,12 @@ def test_draw_groups_mixes_offline_and_scores_online_once_unless_conditional(mon
     tok = qwen_processor("qwen2_5_vl").tokenizer
     cfg = T.TrainConfig(group_size=4, offline_mode="replace", offline_per_group=1, offline_threshold=threshold)
     off = T.offline_groups([s], tok, cfg.max_new_tokens)
-    d = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg, step=0, rank=0, timings={})
+    d = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg, step=0, rank=0, clock=T.StepClock())
     assert calls == [3] * (scored - 1) + [4], calls  # the online three alone, then the whole group
     assert [t.is_offline for t in d.groups[0]] == [False, False, False, True]
     assert [sc["accuracy"] for sc in d.scores[0]] == [1, 0, 0, 1] and len(d.online[0]) == 3
     assert d.groups[0][0].reward > d.groups[0][1].reward  # rewards set in place
     if threshold > 0:
         cfg2 = T.dataclasses.replace(cfg, offline_threshold=0.2)
-        d2 = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg2, step=0, rank=0, timings={})
+        d2 = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg2, step=0, rank=0, clock=T.StepClock())
         assert [t.is_offline for t in d2.groups[0]] == [False] * 3  # 1/3 >= 0.2: the group keeps its online answers

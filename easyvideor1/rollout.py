@@ -162,17 +162,23 @@ class InverseCDFSampler(LogitsProcessor):
         e = (z - m).exp_()                                        # (n, V) unnormalised probabilities
         log_total = e.sum(-1, keepdim=True).log_()                # (n, 1) the full softmax's normaliser
         e[:, self.banned.to(e.device)] = 0                        # never drawn
-        tok = self.draw(e, self.uniform(e.shape[0], e.device))    # (n, 1)
+        u = self.uniform(e.shape[0], e.device)                    # (n, 1)
+        tok = self.draw(e, u)                                     # (n, 1)
+        if tok is None:  # every allowed e underflowed below a banned maximum: scale to the allowed maximum
+            za = z.index_fill(-1, self.banned.to(z.device), -float("inf"))
+            tok = self.draw((za - za.amax(-1, keepdim=True)).exp_(), u)
         self.logps.append((z.gather(-1, tok) - m - log_total).squeeze(-1))
         return torch.full_like(scores, -float("inf")).scatter_(-1, tok, 0.0)
 
     @staticmethod
     def draw(e: Tensor, u: Tensor, block: int = 128) -> Tensor:
-        "(n, 1) the first v with c_v > u c_V, c the cumulative sum of e (n, V), over blocks of `block` ids in float64."
+        """(n, 1) the first v with c_v > u c_V, c the cumulative sum of e (n, V), over blocks of `block` ids in
+        float64; None if a row has no mass."""
         n, V = e.shape
         eb = (torch.nn.functional.pad(e, (0, -V % block)) if V % block else e).view(n, -1, block)  # (n, K, block)
         bs = eb.sum(-1).double()                                             # (n, K) block masses
         C = bs.cumsum(-1)                                                    # (n, K)
+        if bool((C[:, -1] <= 0).any()): return None
         below = lambda x, top: torch.minimum(x, top * (1 - 1e-12))          # strictly under the last total
         x = below(u.double() * C[:, -1:], C[:, -1:])                         # (n, 1)
         k = torch.searchsorted(C, x, right=True)                             # (n, 1) block: C_k > x (mass > 0)

@@ -110,3 +110,11 @@ def test_one_generate_per_draw_equals_per_group(family):
     assert (lp(batched) - lp(oracle)).abs().max() < 1e-4
     # a smaller batch (two generate calls) draws the same again
     assert ids(HFEngine(model, proc, batch_size=2).generate(prompts, sc)) == ids(oracle)
+
+def test_inverse_cdf_sampler_when_only_a_banned_token_has_mass():
+    "A banned maximum far above every allowed token (all allowed e underflow to 0): the best allowed token, its true log-prob."
+    from easyvideor1.rollout import InverseCDFSampler
+    z = torch.full((3, 300), -1e4); z[:, 5] = 0.0; z[:, 7] = -9e3  # token 5 banned; 7 is the best allowed
+    s = InverseCDFSampler(1.0, banned_ids=[5])
+    assert s(None, z).argmax(-1).tolist() == [7, 7, 7]
+    assert torch.allclose(s.logprobs()[:, 0], torch.full((3,), -9e3))

@@ -14,10 +14,10 @@ from .data import Media, SampleInputs, collate, text_inputs
 # %% auto #0
 __all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt', 'SamplingConfig',
            'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'trainer_inputs', 'repeat_inputs',
-           'demo_prompts', 'InverseCDFSampler', 'GreedySampler', 'released_rope_index', 'use_released_positions',
-           'HFEngine', 'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text', 'vllm_prompt',
-           'hf_state_items', 'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine', 'check_prompt_ids', 'train_steps',
-           'chat_request', 'VLLMServer', 'parity_report']
+           'demo_prompts', 'InverseCDFSampler', 'group_generators', 'GreedySampler', 'released_rope_index',
+           'use_released_positions', 'HFEngine', 'LogprobParity', 'logprob_parity', 'original_mrope_positions',
+           'vllm_text', 'vllm_prompt', 'hf_state_items', 'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine',
+           'check_prompt_ids', 'train_steps', 'chat_request', 'VLLMServer', 'parity_report']
 
 # %% ../nbs/08_rollout.ipynb #5260032b
 @dataclass
@@ -150,8 +150,9 @@ from transformers import LogitsProcessor
 
 class InverseCDFSampler(LogitsProcessor):
     "Draws each row's next token from softmax(z / T) without banned ids; records its full-softmax log-prob."
-    def __init__(self, temperature: float, banned_ids=()):
-        self.t, self.logps = temperature, []
+    def __init__(self, temperature: float, banned_ids=(),
+                 generators=None):  # one `torch.Generator` per group of rows, in row order (None: the global RNG)
+        self.t, self.logps, self.gens = temperature, [], generators
         # moved to where the scores are at each call
         self.banned = torch.tensor(list(banned_ids), dtype=torch.long, device="cpu")
 
@@ -161,16 +162,48 @@ class InverseCDFSampler(LogitsProcessor):
         e = (z - m).exp_()                                        # (n, V) unnormalised probabilities
         log_total = e.sum(-1, keepdim=True).log_()                # (n, 1) the full softmax's normaliser
         e[:, self.banned.to(e.device)] = 0                        # never drawn
-        cdf = e.cumsum_(-1)                                       # (n, V)
-        u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
-        # (n, 1) first v with c_v > u
-        tok = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)
+        u = self.uniform(e.shape[0], e.device)                    # (n, 1)
+        tok = self.draw(e, u)                                     # (n, 1)
+        if tok is None:  # every allowed e underflowed below a banned maximum: scale to the allowed maximum
+            za = z.index_fill(-1, self.banned.to(z.device), -float("inf"))
+            tok = self.draw((za - za.amax(-1, keepdim=True)).exp_(), u)
         self.logps.append((z.gather(-1, tok) - m - log_total).squeeze(-1))
         return torch.full_like(scores, -float("inf")).scatter_(-1, tok, 0.0)
+
+    @staticmethod
+    def draw(e: Tensor, u: Tensor, block: int = 128) -> Tensor:
+        """(n, 1) the first v with c_v > u c_V, c the cumulative sum of e (n, V), over blocks of `block` ids in
+        float64; None if a row has no mass."""
+        n, V = e.shape
+        eb = (torch.nn.functional.pad(e, (0, -V % block)) if V % block else e).view(n, -1, block)  # (n, K, block)
+        bs = eb.sum(-1).double()                                             # (n, K) block masses
+        C = bs.cumsum(-1)                                                    # (n, K)
+        if bool((C[:, -1] <= 0).any()): return None
+        below = lambda x, top: torch.minimum(x, top * (1 - 1e-12))          # strictly under the last total
+        x = below(u.double() * C[:, -1:], C[:, -1:])                         # (n, 1)
+        k = torch.searchsorted(C, x, right=True)                             # (n, 1) block: C_k > x (mass > 0)
+        inside = eb.gather(1, k[..., None].expand(n, 1, block))[:, 0].double().cumsum(-1)  # (n, block)
+        r = below(x - (C.gather(1, k) - bs.gather(1, k)), inside[:, -1:])   # (n, 1) the rest inside block k
+        return k * block + torch.searchsorted(inside, r, right=True)
+
+    def uniform(self, n: int, device) -> Tensor:
+        "(n, 1) draws in [0, 1): group g's n / len(generators) rows from its own generator, whatever else is batched."
+        if not self.gens: return torch.rand(n, 1, device=device)
+        k = n // len(self.gens)
+        return torch.cat([torch.rand(k, 1, device=device, generator=g) for g in self.gens])  # (n, 1)
 
     def logprobs(self) -> Tensor:
         "(n, L) log-probs of the drawn tokens, one column per decode step."
         return torch.stack(self.logps, 1)
+
+def group_generators(seed: int | None, first: int, count: int, device) -> list[torch.Generator]:
+    "Generators of the draw's groups `first .. first + count - 1`: seeded `seed + i`, or from the global RNG (seed None)."
+    out = []
+    for i in range(first, first + count):
+        g = torch.Generator(device=device)
+        g.manual_seed(seed + i if seed is not None else int(torch.randint(2**62, (1,), device="cpu")))
+        out.append(g)
+    return out
 
 # %% ../nbs/08_rollout.ipynb #dfde91b5
 class GreedySampler(LogitsProcessor):
@@ -237,6 +270,12 @@ def use_released_positions(model) -> bool:
     vlm.model.get_rope_index = types.MethodType(released_rope_index, vlm.model)
     return True
 
+# %% ../nbs/08_rollout.ipynb #repcache1
+def _repeat_cache(cache, n: int):
+    "A prefilled cache's row b as rows b*n .. b*n + n - 1: every cache copy of the HF engine goes through here."
+    cache.batch_repeat_interleave(n)
+    return cache
+
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
 def _first_forward_inputs(model, batch) -> dict:
     "A batch's `generate` / prefill keywords: its pixels, or a frozen tower's cached features (`09b_lora`)."
@@ -248,12 +287,12 @@ def _first_forward_inputs(model, batch) -> dict:
     return {k: v for k, v in kw.items() if not k.startswith("pixel_values")} | dict(mm_encoder_outputs=enc)
 
 class HFEngine:
-    "transformers `generate` on the training model, from the trainer's `SampleInputs`; one prefill per group."
+    "transformers `generate` on the training model, from the trainer's `SampleInputs`; one `generate` per draw."
     def __init__(self, model,  # the VLM or a `data.VLMCall` on it (FSDP2 root: generates unsharded)
                  processor,
                  shared_prefix: bool = True,  # False: the naive path (n prefills), kept as the oracle
                  fast_sampler: bool = True,  # False: transformers' multinomial (bench/sampler.py's reference)
-                 batch_size: int = 16):  # greedy, 1 completion per prompt: prompts per left-padded `generate`
+                 batch_size: int = 16):  # prompts per left-padded `generate` (their groups decode together)
         from easyvideor1.data import unwrap_vlm
         self.model, self.processor, self.shared_prefix, self.fast_sampler = (
             model, processor, shared_prefix, fast_sampler)
@@ -280,19 +319,29 @@ class HFEngine:
         # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
         with gathered(self.model):
             if greedy and sampling.n == 1: return self._greedy_batches(prompts, gc, stop_ids)
+            # every group of the draw in one `generate` (per `batch_size` prompts); per group: the oracle
+            # (`shared_prefix=False`) and transformers' sampler (top-p), whose draws follow the global RNG
+            if self.shared_prefix and (fast or greedy): return self._batches(prompts, sampling, gc, stop_ids)
             return [self._group(x, i, sampling, gc, stop_ids, fast) for i, x in enumerate(prompts)]
 
     def _completions(self, ids: Tensor, logp: Tensor, stop_ids) -> list[Completion]:
         return [make_completion(self.tokenizer, r.tolist(), l.tolist(), stop_ids) for r, l in zip(ids, logp)]
 
+    def _sampler(self, sampling: SamplingConfig, first: int, count: int, fast: bool):
+        "The logits processor of groups `first .. first + count - 1` (None: transformers' own sampler)."
+        if sampling.temperature == 0: return GreedySampler(banned_token_ids())
+        if not fast: return None
+        gens = group_generators(sampling.seed, first, count, self.vlm.device)
+        return InverseCDFSampler(sampling.temperature, banned_token_ids(), generators=gens)
+
     def _group(self, x: SampleInputs, i: int, sampling: SamplingConfig, gc, stop_ids,
                fast: bool) -> list[Completion]:
-        "The n completions of prompt i (seeded by its index)."
+        "The n completions of prompt i alone (seeded by its index)."
         from easyvideor1.data import call_vlm
         b = collate([x], self.pad_id).to(self.vlm.device)  # (1, P) rows
-        if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
-        sampler = (GreedySampler(banned_token_ids()) if sampling.temperature == 0
-                   else InverseCDFSampler(sampling.temperature, banned_token_ids()) if fast else None)
+        # transformers' sampler draws from the global RNG
+        if sampling.seed is not None and not fast: torch.manual_seed(sampling.seed + i)
+        sampler = self._sampler(sampling, i, 1, fast)
         run = self._shared if self.shared_prefix else self._naive
         ids, logp = call_vlm(self.model, run, b, sampling.n, gc, sampler)
         return self._completions(ids, logp, stop_ids)
@@ -306,6 +355,20 @@ class HFEngine:
             sampler = GreedySampler(banned_token_ids())
             ids, logp = call_vlm(self.model, self._naive, b, 1, gc, sampler)
             groups += [[c] for c in self._completions(ids, logp, stop_ids)]
+        return groups
+
+    def _batches(self, prompts: list[SampleInputs], sampling: SamplingConfig, gc,
+                 stop_ids) -> list[list[Completion]]:
+        "All groups in one `generate` per `batch_size` prompts: one left-padded prefill, n decode rows a prompt."
+        from easyvideor1.data import call_vlm
+        groups, n = [], sampling.n
+        for s in range(0, len(prompts), self.batch_size):
+            chunk = prompts[s:s + self.batch_size]
+            b = collate(chunk, self.pad_id, pad_side="left").to(self.vlm.device)  # (B, P), media concatenated
+            sampler = self._sampler(sampling, s, len(chunk), fast=True)
+            ids, logp = call_vlm(self.model, self._shared, b, n, gc, sampler)  # (B*n, L): prompt k's rows k*n..
+            groups += [self._completions(ids[k * n:(k + 1) * n], logp[k * n:(k + 1) * n], stop_ids)
+                       for k in range(len(chunk))]
         return groups
 
     @staticmethod
@@ -330,24 +393,25 @@ class HFEngine:
         return self._run(model, inputs["input_ids"].shape[1], gc, sampler, **inputs)
 
     def _shared(self, model, batch, n: int, gc, sampler=None):
-        "One batch-1 prefill of all but the last prompt token, its cache repeated n times, then generate."
+        "One prefill of B prompts (left padded) but their last token, each cache row repeated n times, one generate."
         from transformers import DynamicCache
         from easyvideor1.prefix import _cache_kw
         inputs = _first_forward_inputs(model, batch)
-        ids = inputs["input_ids"]  # (1, P)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]  # (B, P), 0 on the left padding
         P, core = ids.shape[1], model.model
         core.rope_deltas, cache = None, DynamicCache(config=model.config)
+        rest = {k: v for k, v in inputs.items() if k != "input_ids"}
+        # (4, B, P): text + 3-D M-RoPE ids counted from each row's first real token; sets rope_deltas (B, 1)
+        pos = model._prepare_position_ids_for_generation(ids, rest)
         prefix = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v)
                   for k, v in inputs.items()}
         kw = _cache_kw(model)
-        model(**prefix, **{kw: cache}, use_cache=True, logits_to_keep=1)
-        cache.batch_repeat_interleave(n)
-        rest = {k: v for k, v in inputs.items() if k != "input_ids"}
-        pos = model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
-        core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (n, 1)
-        return self._run(model, P, gc, sampler, input_ids=ids.repeat(n, 1),
+        model(**prefix, position_ids=pos[..., :-1], **{kw: cache}, use_cache=True, logits_to_keep=1)
+        _repeat_cache(cache, n)
+        core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (B*n, 1)
+        return self._run(model, P, gc, sampler, input_ids=ids.repeat_interleave(n, 0),
                          position_ids=pos.repeat_interleave(n, 1),
-                         attention_mask=torch.ones(n, P, dtype=torch.long, device=ids.device), **{kw: cache})
+                         attention_mask=mask.repeat_interleave(n, 0), **{kw: cache})
 
 # %% ../nbs/08_rollout.ipynb #efbed6a7
 @dataclass

@@ -89,3 +89,32 @@ def test_inverse_cdf_sampler_draws_the_softmax_without_banned_tokens():
     p = (z[0] / 0.7).softmax(-1); q = p.clone(); q[2] = 0; q /= q.sum()
     assert (torch.bincount(drawn, minlength=6) / len(drawn) - q).abs().max() < 3e-3
     assert torch.allclose(s.logprobs()[:, 0], p.log()[drawn], atol=1e-5)
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_one_generate_per_draw_equals_per_group(family):
+    """The batched path (the draw's prompts left padded into one `generate`, each prompt prefilled once, G rows each) samples
+    the tokens of the per-group oracle (`shared_prefix=False`: one `generate` per prompt, no padding, no shared cache),
+    with the same seeds: each group draws from its own generator, so batching does not move the draws."""
+    model, proc = qwen_vlm(family, "tiny", seed=5), qwen_processor(family)
+    text_only = proc.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "Say hi."}]}],
+                                         add_generation_prompt=True, tokenize=False)
+    # a video, an image and a text-only prompt: three lengths, so two rows are left padded
+    prompts = trainer_inputs(proc, demo_prompts(family, proc, seed=5) + [RolloutPrompt(text_only)])
+    sc = SamplingConfig(n=3, temperature=1.0, max_new_tokens=8, seed=11)
+    oracle = HFEngine(model, proc, shared_prefix=False).generate(prompts, sc)
+    batched = HFEngine(model, proc).generate(prompts, sc)
+    ids = lambda gs: [[c.token_ids for c in g] for g in gs]
+    assert ids(batched) == ids(oracle)
+    assert len({tuple(c.token_ids) for c in batched[0]}) == 3  # a group's rows draw different tokens
+    lp = lambda gs: torch.tensor([x for g in gs for c in g for x in c.logprobs])
+    assert (lp(batched) - lp(oracle)).abs().max() < 1e-4
+    # a smaller batch (two generate calls) draws the same again
+    assert ids(HFEngine(model, proc, batch_size=2).generate(prompts, sc)) == ids(oracle)
+
+def test_inverse_cdf_sampler_when_only_a_banned_token_has_mass():
+    "A banned maximum far above every allowed token (all allowed e underflow to 0): the best allowed token, its true log-prob."
+    from easyvideor1.rollout import InverseCDFSampler
+    z = torch.full((3, 300), -1e4); z[:, 5] = 0.0; z[:, 7] = -9e3  # token 5 banned; 7 is the best allowed
+    s = InverseCDFSampler(1.0, banned_ids=[5])
+    assert s(None, z).argmax(-1).tolist() == [7, 7, 7]
+    assert torch.allclose(s.logprobs()[:, 0], torch.full((3,), -9e3))

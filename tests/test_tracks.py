@@ -1,0 +1,106 @@
+"""The course's two tracks (nbs/tracks.json): a lesson's code cells import only modules taught earlier in its track.
+
+The core track is read in order; the advanced track comes after it, so an advanced lesson may import all of core
+and the advanced lessons before it. Imports are read with `ast` (no notebook runs here). A lesson that shows how a
+later module uses its code names it as a string, `report.trainer_code("step.load_prompts")` (09d_report), which reads
+the source without importing the module; that one import of the display tool is allowed anywhere.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = ROOT / "nbs"
+TRACKS = json.loads((NBS / "tracks.json").read_text())
+ORDER = TRACKS["core"] + TRACKS["advanced"]  # the student's path: core in order, then advanced
+DISPLAY_TOOL = ("report", {"trainer_code", "TrainerCode"})  # reads source text; imports nothing of the package
+
+# (lesson, module it imports before its lesson) -> why it stays for now. Only shrinks: an entry no longer
+# needed fails test_known_forward_is_still_needed, so remove it.
+KNOWN_FORWARD = {
+    ("06_grpo", "rewards"): "the bandit's exported mc_reward scores with the real multiple-choice reward (04_rewards, next lesson)",
+    ("08_rollout", "lora"): "the exported weight push merges LoRA adapters (09b_lora); 08_rollout has another owner this round",
+    ("08_rollout", "parallel"): "the exported rollout gathers groups across ranks (09a_parallel)",
+    ("08_rollout", "step"): "its 'how the trainer uses this' cell imports step for trainer_code: switch to 'step.make_engine' strings",
+    ("08_rollout", "prefix"): "the exported rollout scores old log-probs with the shared-prefix pass (09_prefix)",
+    ("09g_step", "config"): "step.py reads TrainConfig and its schedules (09e_config) until the step takes a loss config",
+    ("09g_step", "evaluate"): "step.py scores extras with evaluate.score_extras (11_evaluate)",
+    ("09g_step", "lora"): "step.py builds the policy with LoRA and the frozen tower (09b_lora)",
+    ("09g_step", "parallel"): "step.py shards with FSDP2 and pads micro-batches across ranks (09a_parallel)",
+    ("09g_step", "prefix"): "step.py's default log-prob pass is PrefixLogp (09_prefix), the trainer's faster path",
+    ("09g_step", "warmstart"): "step.py runs the warm start's SFT update (09c_warmstart)",
+    ("09g_step", "train"): "a non-exported cell imports train.resume/train_step for trainer_code; 09g_step has another owner this round",
+    ("10_train", "checkpoint"): "train.py saves and resumes runs (09f_checkpoint)",
+    ("10_train", "config"): "train.py parses TrainConfig (09e_config)",
+    ("10_train", "evaluate"): "train.py evaluates held-out splits (11_evaluate, the lesson after)",
+    ("10_train", "parallel"): "train.py launches ranks (09a_parallel)",
+    ("10_train", "report"): "train.py writes metrics and the final table (09d_report)",
+    ("10_train", "warmstart"): "train.py runs the format warm start (09c_warmstart)",
+    ("11_evaluate", "validate"): "the exported evaluator checks benchmark rows with validate_rows (05a_validate)",
+}
+
+
+def module_lessons() -> dict[str, str]:
+    "Module name -> the lesson notebook (stem) that exports it (`#| default_exp`)."
+    out = {}
+    for p in NBS.glob("*.ipynb"):
+        if m := re.search(r"#\|\s*default_exp\s+(\w+)", p.read_text()): out[m[1]] = p.stem
+    return out
+
+
+def package_imports(source: str) -> list[tuple[str, set[str]]]:
+    "(module, imported names) for each `easyvideor1.<module>` a cell's code imports (magics and shell lines skipped)."
+    code = "\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!")))
+    out = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[0] != "easyvideor1": continue
+            if len(parts) > 1: out.append((parts[1], {a.name for a in node.names}))
+            else: out += [(a.name, set()) for a in node.names]  # from easyvideor1 import report
+        elif isinstance(node, ast.Import):
+            out += [(a.name.split(".")[1], set()) for a in node.names if a.name.startswith("easyvideor1.")]
+    return out
+
+
+def forward_imports(lesson: str, lessons: dict[str, str] | None = None) -> dict[str, list[int]]:
+    "Module -> code cells of `lesson` that import it although its lesson comes later on the student's path."
+    lessons = lessons or module_lessons()
+    nb = nbformat.read(NBS / f"{lesson}.ipynb", as_version=4)
+    out: dict[str, list[int]] = {}
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code": continue
+        for mod, names in package_imports(c.source):
+            if mod == DISPLAY_TOOL[0] and names and names <= DISPLAY_TOOL[1]: continue
+            if mod in lessons and ORDER.index(lessons[mod]) > ORDER.index(lesson): out.setdefault(mod, []).append(i)
+    return out
+
+
+def test_tracks_list_every_lesson_once():
+    lessons = sorted(p.stem for p in NBS.glob("*.ipynb") if re.match(r"\d\d[a-z]?_", p.name))
+    assert sorted(ORDER) == lessons, f"nbs/tracks.json: lists {sorted(ORDER)}, the lessons are {lessons}"
+
+
+def test_package_imports_are_parsed():
+    src = "import os\nfrom easyvideor1.step import a, b\nfrom easyvideor1 import report as r\nimport easyvideor1.train\n%time x = 1"
+    assert package_imports(src) == [("step", {"a", "b"}), ("report", set()), ("train", set())]
+
+
+@pytest.mark.parametrize("lesson", ORDER)
+def test_lesson_imports_only_earlier_lessons(lesson):
+    lessons = module_lessons()
+    bad = {m: cells for m, cells in forward_imports(lesson, lessons).items() if (lesson, m) not in KNOWN_FORWARD}
+    assert not bad, (f"nbs/{lesson}.ipynb imports modules taught later on its track ({{module: cells}}): {bad}. "
+                     f"Show later code with report.trainer_code('module.name') instead of importing it.")
+
+
+def test_known_forward_is_still_needed():
+    lessons = module_lessons()
+    stale = [k for k in KNOWN_FORWARD if k[1] not in forward_imports(k[0], lessons)]
+    assert not stale, f"KNOWN_FORWARD entries no longer needed, remove them: {stale}"

@@ -104,3 +104,39 @@ def test_known_forward_is_still_needed():
     lessons = module_lessons()
     stale = [k for k in KNOWN_FORWARD if k[1] not in forward_imports(k[0], lessons)]
     assert not stale, f"KNOWN_FORWARD entries no longer needed, remove them: {stale}"
+
+
+def course_stats():
+    "bench/course_stats.py as a module (the reading-time rule lives there, beside the table it prints)."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("course_stats", ROOT / "bench" / "course_stats.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# lessons that open without a Goals cell for now (only shrinks): their notebooks have another owner this round
+NO_GOALS_YET = {"08_rollout": "rollout.py's owner edits it this round", "09g_step": "step.py's owner edits it this round",
+                "09e_config": "config.py's owner edits it this round"}
+
+
+@pytest.mark.parametrize("lesson", ORDER)
+def test_lesson_opens_with_goals_and_an_honest_reading_time(lesson):
+    "The cell after the title is '## Goals' with 'Reading time: about N min', N within 25% of 200 words + 10 code lines a minute."
+    nb = nbformat.read(NBS / f"{lesson}.ipynb", as_version=4)
+    has = nb.cells[1].cell_type == "markdown" and nb.cells[1].source.startswith("## Goals")
+    if lesson in NO_GOALS_YET:
+        assert not has, f"{lesson} has its Goals cell now: remove it from NO_GOALS_YET"
+        return
+    assert has, f"nbs/{lesson}.ipynb: the cell after the title is not '## Goals'"
+    m = course_stats().READING.search(nb.cells[1].source)
+    assert m, f"nbs/{lesson}.ipynb: the Goals cell gives no 'Reading time: about N min'"
+    measured = course_stats().reading_minutes(nb)
+    assert abs(int(m[1]) - measured) <= 0.25 * measured, (
+        f"nbs/{lesson}.ipynb: reading time says {m[1]} min, measured {measured:.0f}: run bench/course_stats.py --write")
+
+
+def test_reading_time_counts_prose_and_code():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(" ".join(["word"] * 400) + "\n```python\na\nb\n```"),
+                                         nbformat.v4.new_code_cell("x = 1\n\ny = 2")])
+    assert course_stats().reading_minutes(nb) == pytest.approx(400 / 200 + 4 / 10)

@@ -3,7 +3,8 @@ exercises and an honest reading time (200 words a minute of prose, 10 lines a mi
 
 Run: `python bench/course_stats.py [--root CHECKOUT] [--write]`. `--root` measures another checkout (e.g. main,
 for a before/after table; the track order is read from its nbs/tracks.json, else from this checkout's).
-`--write` sets the "Reading time: about N min" line of each lesson's Goals cell to the measured time.
+`--write` sets the "Reading time: about N min" line of each lesson's Goals cell, and course.ipynb's reading column,
+to the measured time.
 Prints a markdown table per track and the totals.
 """
 from __future__ import annotations
@@ -113,6 +114,16 @@ def write_reading_times(root: Path, stats: dict[str, dict]) -> list[str]:
         else: raise RuntimeError(f"{name}: reading time does not settle")
         if nbformat.writes(nb) != nbformat.writes(nbformat.read(path, as_version=4)):
             nbformat.write(nb, path); changed.append(name)
+    path = root / "nbs" / "course.ipynb"  # the syllabus's "reading" column: `| [name](name.ipynb) | ... | N min | M s |`
+    if path.exists():
+        nb = nbformat.read(path, as_version=4)
+        for c in nb.cells:
+            if c.cell_type == "markdown":
+                c.source = re.sub(r"^(\| \d+ \| \[(\w+)\]\(\w+\.ipynb\) \|.*\| )\d+( min \| \d+ s \|)$",
+                                  lambda m: f"{m[1]}{stats[m[2]]['minutes']:.0f}{m[3]}" if m[2] in stats else m[0],
+                                  c.source, flags=re.M)
+        if nbformat.writes(nb) != nbformat.writes(nbformat.read(path, as_version=4)):
+            nbformat.write(nb, path); changed.append("course")
     return changed
 
 

@@ -140,3 +140,49 @@ def test_reading_time_counts_prose_and_code():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(" ".join(["word"] * 400) + "\n```python\na\nb\n```"),
                                          nbformat.v4.new_code_cell("x = 1\n\ny = 2")])
     assert course_stats().reading_minutes(nb) == pytest.approx(400 / 200 + 4 / 10)
+
+
+OUTSIDE = re.compile(r"(?<![\w.])(?:\.\./)+[\w./-]+|(?<![\w/])/(?:work|home|root|Users|tmp)/[\w./-]+|\bLEARNING\.md\b|\bshared/(?:STYLE|DESIGN|PAPER)\.md\b")
+
+
+GENERATED = {"runs", "build"}  # folders in the checkout that the course's commands create
+
+
+def outside_refs(text: str, base: Path) -> list[str]:
+    "Paths in `text` that leave the repository: relative ones resolved from `base`, machine paths, the team's own files."
+    out = []
+    for m in OUTSIDE.finditer(text):
+        p = m[0]
+        if p.startswith("../") and (q := (base / p).resolve()).is_relative_to(ROOT) and q != ROOT:
+            top = q.relative_to(ROOT).parts[0]
+            if (ROOT / top).exists() or top in GENERATED: continue
+        out.append(p)
+    return out
+
+
+def test_outside_refs_are_found():
+    assert outside_refs("see `LEARNING.md` and ../shared/DESIGN.md, ../configs/a.yaml, /work/main/x", NBS) == [
+        "LEARNING.md", "../shared/DESIGN.md", "/work/main/x"]
+    assert outside_refs("../../elsewhere/x.md", NBS) == ["../../elsewhere/x.md"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in NBS.glob("*.ipynb")))
+def test_no_notebook_refers_to_a_file_outside_the_repository(name):
+    "What a notebook says (markdown and code; outputs are what ran, e.g. a warning's site-packages path) stays in the repo."
+    nb = nbformat.read(NBS / name, as_version=4)
+    bad = {i: refs for i, c in enumerate(nb.cells) if (refs := outside_refs(c.source, NBS))}
+    assert not bad, f"nbs/{name} refers to files outside the repository (cell: paths): {bad}"
+
+
+COMMIT = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")  # a short or full hash: hex with a digit and a letter
+
+
+def test_quickstart_cites_no_commit():
+    "The Quickstart (index.ipynb, so README.md) dates its measurements; a commit hash means nothing to a reader of a copy."
+    quick = [c.source for c in nbformat.read(NBS / "index.ipynb", as_version=4).cells if c.source.startswith("## Quickstart")]
+    assert quick, "index.ipynb: no '## Quickstart' cell"
+    readme = (ROOT / "README.md").read_text()
+    readme = readme[readme.index("## Quickstart"):].split("\n## ")[0]
+    for where, text in (("index.ipynb", quick[0]), ("README.md", readme)):
+        assert not COMMIT.findall(text), f"{where}'s Quickstart cites commits {COMMIT.findall(text)}"
+    assert COMMIT.findall("measured on b393015 and ea36724, 8.2 s") == ["b393015", "ea36724"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -35,9 +36,11 @@ def mathjax_dir() -> Path:
 
 
 def pages() -> list[Path]:
-    "The notebook map, the syllabus, then the lessons in order."
+    "The notebook map, the syllabus, the lessons in their tracks' order (nbs/tracks.json), then the other pages."
     nbs = sorted(p for p in NBS.glob("*.ipynb") if not p.name.startswith("_"))
-    first = [NBS / n for n in ("index.ipynb", "course.ipynb") if (NBS / n).exists()]
+    tracks = json.loads((NBS / "tracks.json").read_text()) if (NBS / "tracks.json").exists() else {}
+    order = ["index", "course"] + [n for t in tracks.values() if isinstance(t, list) for n in t]
+    first = [NBS / f"{n}.ipynb" for n in order if (NBS / f"{n}.ipynb").exists()]
     return first + [p for p in nbs if p not in first]
 
 

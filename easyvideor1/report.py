@@ -4,7 +4,7 @@
 
 # %% ../nbs/09d_report.ipynb #d7231e96
 from __future__ import annotations
-import inspect, json, math, os, re
+import ast, importlib.util, inspect, json, math, os, re
 from pathlib import Path
 
 # %% auto #0
@@ -118,11 +118,23 @@ class TrainerCode(str):
     def _repr_markdown_(self): return f"```python\n{self}\n```"
 
 # %% ../nbs/09d_report.ipynb #aa2bfc6a
+def _source_of(name: str) -> tuple[list[str], int]:
+    "The lines and first line number of the top-level def/class `module.name` in this package, read without importing it."
+    mod, _, fn = name.partition(".")
+    path = Path(importlib.util.find_spec("easyvideor1").origin).parent / f"{mod}.py"  # the package, not the caller's folder
+    if not fn or not path.exists(): raise ValueError(f"trainer_code: {name!r} is not 'module.name' of a file in {path.parent}")
+    text = path.read_text().splitlines(keepends=True)
+    for node in ast.parse("".join(text)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == fn:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            return text[start - 1:node.end_lineno], start
+    raise ValueError(f"trainer_code: no top-level def or class {fn!r} in {path}")
+
 def trainer_code(*objs, grep: str | None = None) -> TrainerCode:
-    "The source of the trainer's functions `objs`, or only their lines matching the regex `grep` (numbered)."
+    "The source of the trainer's functions `objs` (objects or 'module.name' strings), or only their lines matching `grep` (numbered)."
     parts = []
     for o in objs:
-        lines, start = inspect.getsourcelines(o)
+        lines, start = _source_of(o) if isinstance(o, str) else inspect.getsourcelines(o)
         if grep: lines = [f"{start + i:4d}  {l}" for i, l in enumerate(lines) if re.search(grep, l)]
         parts.append("".join(lines).rstrip("\n"))
     return TrainerCode("\n\n".join(parts))

@@ -25,7 +25,7 @@ DISPLAY_TOOL = ("report", {"trainer_code", "TrainerCode"})  # reads source text;
 # needed fails test_known_forward_is_still_needed, so remove it.
 KNOWN_FORWARD = {
     ("06_grpo", "rewards"): "the bandit's exported mc_reward scores with the real multiple-choice reward (04_rewards, next lesson)",
-    ("08_rollout", "lora"): "the exported weight push merges LoRA adapters (09b_lora); 08_rollout has another owner this round",
+    ("08_rollout", "lora"): "the exported weight push merges LoRA adapters (09b_lora)",
     ("08_rollout", "parallel"): "the exported rollout gathers groups across ranks (09a_parallel)",
     ("08_rollout", "prefix"): "the exported rollout scores old log-probs with the shared-prefix pass (09_prefix)",
     ("09g_step", "config"): "step.py reads TrainConfig and its schedules (09e_config) until the step takes a loss config",

@@ -25,9 +25,8 @@ DISPLAY_TOOL = ("report", {"trainer_code", "TrainerCode"})  # reads source text;
 # needed fails test_known_forward_is_still_needed, so remove it.
 KNOWN_FORWARD = {
     ("06_grpo", "rewards"): "the bandit's exported mc_reward scores with the real multiple-choice reward (04_rewards, next lesson)",
-    ("08_rollout", "lora"): "the exported weight push merges LoRA adapters (09b_lora); 08_rollout has another owner this round",
+    ("08_rollout", "lora"): "the exported weight push merges LoRA adapters (09b_lora)",
     ("08_rollout", "parallel"): "the exported rollout gathers groups across ranks (09a_parallel)",
-    ("08_rollout", "step"): "its 'how the trainer uses this' cell imports step for trainer_code: switch to 'step.make_engine' strings",
     ("08_rollout", "prefix"): "the exported rollout scores old log-probs with the shared-prefix pass (09_prefix)",
     ("09g_step", "config"): "step.py reads TrainConfig and its schedules (09e_config) until the step takes a loss config",
     ("09g_step", "evaluate"): "step.py scores extras with evaluate.score_extras (11_evaluate)",
@@ -35,7 +34,6 @@ KNOWN_FORWARD = {
     ("09g_step", "parallel"): "step.py shards with FSDP2 and pads micro-batches across ranks (09a_parallel)",
     ("09g_step", "prefix"): "step.py's default log-prob pass is PrefixLogp (09_prefix), the trainer's faster path",
     ("09g_step", "warmstart"): "step.py runs the warm start's SFT update (09c_warmstart)",
-    ("09g_step", "train"): "a non-exported cell imports train.resume/train_step for trainer_code; 09g_step has another owner this round",
     ("10_train", "checkpoint"): "train.py saves and resumes runs (09f_checkpoint)",
     ("10_train", "config"): "train.py parses TrainConfig (09e_config)",
     ("10_train", "evaluate"): "train.py evaluates held-out splits (11_evaluate, the lesson after)",
@@ -116,8 +114,7 @@ def course_stats():
 
 
 # lessons that open without a Goals cell for now (only shrinks): their notebooks have another owner this round
-NO_GOALS_YET = {"08_rollout": "rollout.py's owner edits it this round", "09g_step": "step.py's owner edits it this round",
-                "09e_config": "config.py's owner edits it this round"}
+NO_GOALS_YET: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("lesson", ORDER)
@@ -189,7 +186,7 @@ def test_quickstart_cites_no_commit():
 
 
 # core lessons with fewer than 3 exercises for now (only shrinks): their notebooks have another owner this round
-FEWER_EXERCISES_YET = {"08_rollout": "rollout.py's owner edits it this round", "09g_step": "step.py's owner edits it this round"}
+FEWER_EXERCISES_YET: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("lesson", TRACKS["core"])

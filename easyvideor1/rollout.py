@@ -73,10 +73,16 @@ def token_ids_of(tokenizer, tokens) -> list[int]:
     return ids
 
 # %% ../nbs/08_rollout.ipynb #4de7423b
-def banned_token_ids() -> list[int]:
+def banned_token_ids(family: str = "qwen2_5_vl", # the model's; Qwen2.5-VL and Qwen3-VL share the ids
+                    ) -> list[int]:
     "Vision tokens no engine may sample (`easyvideor1.models.banned_vision_token_ids`)."
     from easyvideor1.models import banned_vision_token_ids
-    return banned_vision_token_ids()
+    return banned_vision_token_ids(family)
+
+def _vision_tokens() -> list[str]:
+    "The banned vision tokens by name (vLLM's `bad_words`): the same names in every family."
+    from easyvideor1.models import VISION_TOKENS
+    return list(VISION_TOKENS)
 
 # %% ../nbs/08_rollout.ipynb #949ed707
 def make_completion(tokenizer, ids: list[int], logprobs: list[float], stop_ids) -> Completion:
@@ -262,6 +268,7 @@ class HFEngine:
         use_released_positions(self.vlm)
         self.tokenizer = processor.tokenizer
         self.pad_id = token_ids_of(self.tokenizer, ["<|endoftext|>"])[0]
+        self.family = self.vlm.config.model_type  # its vision ids are banned
 
     def prompt(self, sample, media: Media) -> SampleInputs:
         "A data `Sample`'s prompt as this engine takes it: `data.prompt_inputs`, on the model's device."
@@ -276,7 +283,7 @@ class HFEngine:
         greedy = sampling.temperature == 0
         # top-p: transformers' sampler (it sorts the vocabulary)
         fast = self.fast_sampler and not greedy and sampling.top_p >= 1
-        gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id, sampler=fast or greedy)
+        gc = _generation_config(sampling, stop_ids, banned_token_ids(self.family), self.pad_id, sampler=fast or greedy)
         # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
         with gathered(self.model):
             if greedy and sampling.n == 1: return self._greedy_batches(prompts, gc, stop_ids)
@@ -291,8 +298,8 @@ class HFEngine:
         from easyvideor1.data import call_vlm
         b = collate([x], self.pad_id).to(self.vlm.device)  # (1, P) rows
         if sampling.seed is not None: torch.manual_seed(sampling.seed + i)
-        sampler = (GreedySampler(banned_token_ids()) if sampling.temperature == 0
-                   else InverseCDFSampler(sampling.temperature, banned_token_ids()) if fast else None)
+        sampler = (GreedySampler(banned_token_ids(self.family)) if sampling.temperature == 0
+                   else InverseCDFSampler(sampling.temperature, banned_token_ids(self.family)) if fast else None)
         run = self._shared if self.shared_prefix else self._naive
         ids, logp = call_vlm(self.model, run, b, sampling.n, gc, sampler)
         return self._completions(ids, logp, stop_ids)
@@ -303,7 +310,7 @@ class HFEngine:
         groups = []
         for s in range(0, len(prompts), self.batch_size):
             b = collate(prompts[s:s + self.batch_size], self.pad_id, pad_side="left").to(self.vlm.device)
-            sampler = GreedySampler(banned_token_ids())
+            sampler = GreedySampler(banned_token_ids(self.family))
             ids, logp = call_vlm(self.model, self._naive, b, 1, gc, sampler)
             groups += [[c] for c in self._completions(ids, logp, stop_ids)]
         return groups
@@ -333,6 +340,7 @@ class HFEngine:
         "One batch-1 prefill of all but the last prompt token, its cache repeated n times, then generate."
         from transformers import DynamicCache
         from easyvideor1.prefix import _cache_kw
+        from easyvideor1.models import repeat_cache_rows
         inputs = _first_forward_inputs(model, batch)
         ids = inputs["input_ids"]  # (1, P)
         P, core = ids.shape[1], model.model
@@ -341,7 +349,7 @@ class HFEngine:
                   for k, v in inputs.items()}
         kw = _cache_kw(model)
         model(**prefix, **{kw: cache}, use_cache=True, logits_to_keep=1)
-        cache.batch_repeat_interleave(n)
+        repeat_cache_rows(cache, n)  # keys / values, and Qwen3.5's linear-attention states
         rest = {k: v for k, v in inputs.items() if k != "input_ids"}
         pos = model._prepare_position_ids_for_generation(ids, rest)  # (4, 1, P): text + 3-D M-RoPE ids
         core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (n, 1)
@@ -431,7 +439,7 @@ def vllm_sampling_params(sc: SamplingConfig, tokenizer, n: int | None = None, ma
     return SamplingParams(n=n or sc.n, temperature=sc.temperature, top_p=sc.top_p, top_k=-1, seed=sc.seed,
                           max_tokens=max_tokens or sc.max_new_tokens,
                           stop_token_ids=token_ids_of(tokenizer, sc.stop), logprobs=0,
-                          bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()),
+                          bad_words=_vision_tokens(),
                           skip_special_tokens=True)
 
 # %% ../nbs/08_rollout.ipynb #8901684a
@@ -567,7 +575,7 @@ def chat_request(prompt: RolloutPrompt, family: str, sc: SamplingConfig, tokeniz
                 temperature=sc.temperature, top_p=sc.top_p, top_k=-1, seed=sc.seed,
                 max_tokens=max_tokens or sc.max_new_tokens,
                 stop_token_ids=token_ids_of(tokenizer, sc.stop), logprobs=True, top_logprobs=0,
-                bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()), skip_special_tokens=True,
+                bad_words=_vision_tokens(), skip_special_tokens=True,
                 add_generation_prompt=False, return_token_ids=True,
                 mm_processor_kwargs={"do_sample_frames": False, "do_resize": False}, **extra)
 
@@ -732,7 +740,7 @@ def parity_report(family: str, workdir,
             r["unbanned_argmax_is_video_pad"] = int(model(**kw).logits[0, -1].argmax()) == vid
         eng.push_weights(model)
         out = eng.generate(prompts[:1], SamplingConfig(n=2, temperature=1.0, max_new_tokens=4))
-        r["banned_sampled"] = len(set(banned_token_ids()) & {t for c in out[0] for t in c.token_ids})
+        r["banned_sampled"] = len(set(banned_token_ids(family)) & {t for c in out[0] for t in c.token_ids})
     finally:
         if engine == "server": eng.close()
     return r

@@ -39,7 +39,8 @@ def test_saved_folders_reload_offline_in_fresh_processes(tmp_path):
                   total_num_frames=4)], do_sample_frames=False, return_tensors="pt")
             print(m.generate(**x, max_new_tokens=3).shape[1] > x["input_ids"].shape[1])
     """, tmp_path / "cache2")
-    assert out.split("\n")[:4] == ["qwen2_5_vl [9707, 1879] 151656", "True", "qwen3_vl [9707, 1879] 151656", "True"]
+    assert out.split("\n")[:6] == ["qwen2_5_vl [9707, 1879] 151656", "True", "qwen3_vl [9707, 1879] 151656", "True",
+                                    "qwen3_5 [9419, 1814] 248057", "True"]
     for family in FAMILIES:
         ref, loaded = qwen_vlm(family, "tiny", seed=3).state_dict(), qwen_vlm(tmp_path / family).state_dict()
         assert ref.keys() == loaded.keys()

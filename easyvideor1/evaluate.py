@@ -1189,9 +1189,9 @@ def report(run_dirs: list, out_dir) -> dict:
 def contracts_for(family: str, fps: float = 2.0, max_frames: int = 16, min_pixels: int | None = None,
                   max_pixels: int | None = None, total_pixels: int | None = None,
                   image_max_pixels: int | None = None):
-    "Video and image contracts with the family's patch factor (28 for Qwen2.5-VL, 32 for Qwen3-VL)."
-    from easyvideor1.video import VideoContract, ImageContract
-    factor = 32 if family == "qwen3_vl" else 28
+    "Video and image contracts with the family's patch factor (28 for Qwen2.5-VL, 32 for Qwen3-VL and Qwen3.5)."
+    from easyvideor1.video import VideoContract, ImageContract, FAMILY_FACTOR
+    factor = FAMILY_FACTOR[family]
     return (VideoContract(fps=fps, max_frames=max_frames, min_pixels=min_pixels, max_pixels=max_pixels,
                           total_pixels=total_pixels, factor=factor),
             ImageContract(max_pixels=image_max_pixels, factor=factor))

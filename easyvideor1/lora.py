@@ -27,8 +27,10 @@ from .models import param_digest
 from .synthetic import atomic_write, atomic_write_text
 
 # %% ../nbs/09b_lora.ipynb #9135d608
-# attention + MLP of every decoder layer
-LORA_TARGET = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"
+# attention + MLP of every decoder layer; Qwen3.5's linear-attention layers: their q/k/v, gate (z) and output
+# projections (the tiny decay / beta projections `in_proj_a`, `in_proj_b` stay frozen, as in common recipes)
+LORA_TARGET = (r".*language_model\.layers\.\d+\.((self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"
+               r"|linear_attn\.(in_proj_qkv|in_proj_z|out_proj))")
 
 def lora_config(
     rank: int,  # r: the rank of B A

@@ -14,9 +14,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .data import SampleInputs, VLMCall, call_vlm, collate, encode_vision, forward_vlm
@@ -60,6 +62,21 @@ class _PromptCache(DynamicCache):
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if self.layers[layer_idx].is_initialized: return key_states, value_states
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+    # Qwen3.5's linear-attention layers: the prompt starts from no state (a replay too); record the first states
+    def get_conv_state(self, layer_idx, state_idx=0): return None
+    def get_recurrent_state(self, layer_idx, state_idx=0): return None
+    def update_conv_state(self, conv_states, layer_idx, state_idx=0, conv_kernel_size=None, **kwargs):
+        l, K = self.layers[layer_idx], conv_kernel_size
+        if not l.has_previous_state[state_idx]:  # the last K conv inputs, zero-padded on the left
+            l.conv_states[state_idx] = F.pad(conv_states, (max(K - conv_states.shape[-1], 0), 0))[..., -K:]
+            l.conv_kernel_size[state_idx] = K
+            l.is_conv_states_initialized[state_idx] = l.has_previous_state[state_idx] = True
+        return conv_states
+    def update_recurrent_state(self, recurrent_states, layer_idx, state_idx=0, **kwargs):
+        l = self.layers[layer_idx]
+        if not l.is_recurrent_states_initialized[state_idx]:
+            l.recurrent_states[state_idx], l.is_recurrent_states_initialized[state_idx] = recurrent_states, True
+        return recurrent_states
 
 class _PrefixCache(DynamicCache):
     "A prompt's keys and values: each layer gets prompt + new states, none stored, so a replay sees the same."
@@ -68,6 +85,13 @@ class _PrefixCache(DynamicCache):
         l = self.layers[layer_idx]
         # (b, H_kv, P+t, D)
         return torch.cat([l.keys, key_states], -2), torch.cat([l.values, value_states], -2)
+    # linear-attention layers: continue from the prompt's states, store nothing
+    def get_conv_state(self, layer_idx, state_idx=0): return self.layers[layer_idx].conv_states[state_idx]
+    def get_recurrent_state(self, layer_idx, state_idx=0): return self.layers[layer_idx].recurrent_states[state_idx]
+    def update_conv_state(self, conv_states, layer_idx, state_idx=0, **kwargs):
+        return torch.cat([self.layers[layer_idx].conv_states[state_idx], conv_states], -1)  # (b, C, K+t)
+    def update_recurrent_state(self, recurrent_states, layer_idx, state_idx=0, **kwargs): return recurrent_states
+    def is_recording_past(self, layer_idx): return True  # never the in-place one-token conv update
 
 # %% ../nbs/09_prefix.ipynb #1f2c7fc7
 # the names transformers versions give a layer's cache
@@ -135,14 +159,15 @@ def _cache_kw(module) -> str:
 @dataclass(repr=False)
 class PromptState:
     "A prompt forwarded once: per-layer keys and values, the last hidden state, the rope delta."
-    keys: list[Tensor]  # per layer (1, H_kv, P, D)
-    values: list[Tensor]  # per layer (1, H_kv, P, D)
+    keys: list[Tensor]  # per layer (1, H_kv, P, D); a linear-attention layer: its conv state (1, C, K)
+    values: list[Tensor]  # per layer (1, H_kv, P, D); a linear-attention layer: its recurrent state (1, H, dk, dv)
     last_hidden: Tensor  # (1, 1, H) final hidden state of the last prompt token
     delta: int  # completion position = cache position + delta
     dummy: Tensor  # () zero-valued term tying an absent modality's dummy vision pass to the graph
+    prompt_len: int = -1  # P; -1: read off the first layer's keys
 
-    @property
-    def prompt_len(self) -> int: return self.keys[0].shape[2]
+    def __post_init__(self):
+        if self.prompt_len < 0: self.prompt_len = self.keys[0].shape[2]
     def tensors(self) -> list[Tensor]: return [*self.keys, *self.values, self.last_hidden, self.dummy]
     def with_tensors(self, ts: Sequence[Tensor]) -> "PromptState":
         "The same state holding `ts` (in the order of `tensors()`)."
@@ -178,14 +203,22 @@ def forward_prompt(
                           mm_encoder_outputs=enc, image_grid_thw=prompt.image_grid_thw,
                           video_grid_thw=prompt.video_grid_thw,
                           mm_token_type_ids=prompt.mm_token_type_ids[None, :P])
-    return PromptState([l.keys for l in cache.layers], [l.values for l in cache.layers],
-                       out.last_hidden_state[:, -1:], delta, dummy)
+    lin = lambda l: isinstance(l, LinearAttentionCacheLayerMixin)  # Qwen3.5's Gated DeltaNet layers
+    return PromptState([l.conv_states[0] if lin(l) else l.keys for l in cache.layers],
+                       [l.recurrent_states[0] if lin(l) else l.values for l in cache.layers],
+                       out.last_hidden_state[:, -1:], delta, dummy, P)
 
 # %% ../nbs/09_prefix.ipynb #84edcfda
 def repeated_cache(model, state: PromptState, n: int) -> DynamicCache:
     "A read-only cache of the prompt's keys and values for `n` rows: expanded views, gradients summed back."
     cache = _PrefixCache(config=model.config.get_text_config())
     for layer, k, v in zip(cache.layers, state.keys, state.values):
+        if isinstance(layer, LinearAttentionCacheLayerMixin):  # conv (1, C, K), recurrent (1, H, dk, dv) states
+            layer.conv_states[0], layer.recurrent_states[0] = k.expand(n, -1, -1), v.expand(n, -1, -1, -1)
+            layer.conv_kernel_size[0] = k.shape[-1]
+            layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+            layer.has_previous_state[0] = True
+            continue
         layer.lazy_initialization(k, v)
         layer.keys, layer.values = k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)  # (n, H_kv, P, D)
     return cache

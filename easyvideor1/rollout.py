@@ -73,10 +73,16 @@ def token_ids_of(tokenizer, tokens) -> list[int]:
     return ids
 
 # %% ../nbs/08_rollout.ipynb #4de7423b
-def banned_token_ids() -> list[int]:
+def banned_token_ids(family: str = "qwen2_5_vl", # the model's; Qwen2.5-VL and Qwen3-VL share the ids
+                    ) -> list[int]:
     "Vision tokens no engine may sample (`easyvideor1.models.banned_vision_token_ids`)."
     from easyvideor1.models import banned_vision_token_ids
-    return banned_vision_token_ids()
+    return banned_vision_token_ids(family)
+
+def _vision_tokens() -> list[str]:
+    "The banned vision tokens by name (vLLM's `bad_words`): the same names in every family."
+    from easyvideor1.models import VISION_TOKENS
+    return list(VISION_TOKENS)
 
 # %% ../nbs/08_rollout.ipynb #949ed707
 def make_completion(tokenizer, ids: list[int], logprobs: list[float], stop_ids) -> Completion:
@@ -270,12 +276,6 @@ def use_released_positions(model) -> bool:
     vlm.model.get_rope_index = types.MethodType(released_rope_index, vlm.model)
     return True
 
-# %% ../nbs/08_rollout.ipynb #repcache1
-def _repeat_cache(cache, n: int):
-    "A prefilled cache's row b as rows b*n .. b*n + n - 1: every cache copy of the HF engine goes through here."
-    cache.batch_repeat_interleave(n)
-    return cache
-
 # %% ../nbs/08_rollout.ipynb #0ec7d70e
 def _first_forward_inputs(model, batch) -> dict:
     "A batch's `generate` / prefill keywords: its pixels, or a frozen tower's cached features (`09b_lora`)."
@@ -301,6 +301,7 @@ class HFEngine:
         use_released_positions(self.vlm)
         self.tokenizer = processor.tokenizer
         self.pad_id = token_ids_of(self.tokenizer, ["<|endoftext|>"])[0]
+        self.family = self.vlm.config.model_type  # its vision ids are banned
 
     def prompt(self, sample, media: Media) -> SampleInputs:
         "A data `Sample`'s prompt as this engine takes it: `data.prompt_inputs`, on the model's device."
@@ -315,7 +316,7 @@ class HFEngine:
         greedy = sampling.temperature == 0
         # top-p: transformers' sampler (it sorts the vocabulary)
         fast = self.fast_sampler and not greedy and sampling.top_p >= 1
-        gc = _generation_config(sampling, stop_ids, banned_token_ids(), self.pad_id, sampler=fast or greedy)
+        gc = _generation_config(sampling, stop_ids, banned_token_ids(self.family), self.pad_id, sampler=fast or greedy)
         # FSDP2: parameters gathered once, no collective per decode step (ranks stop at different lengths)
         with gathered(self.model):
             if greedy and sampling.n == 1: return self._greedy_batches(prompts, gc, stop_ids)
@@ -329,10 +330,10 @@ class HFEngine:
 
     def _sampler(self, sampling: SamplingConfig, first: int, count: int, fast: bool):
         "The logits processor of groups `first .. first + count - 1` (None: transformers' own sampler)."
-        if sampling.temperature == 0: return GreedySampler(banned_token_ids())
+        if sampling.temperature == 0: return GreedySampler(banned_token_ids(self.family))
         if not fast: return None
         gens = group_generators(sampling.seed, first, count, self.vlm.device)
-        return InverseCDFSampler(sampling.temperature, banned_token_ids(), generators=gens)
+        return InverseCDFSampler(sampling.temperature, banned_token_ids(self.family), generators=gens)
 
     def _group(self, x: SampleInputs, i: int, sampling: SamplingConfig, gc, stop_ids,
                fast: bool) -> list[Completion]:
@@ -352,7 +353,7 @@ class HFEngine:
         groups = []
         for s in range(0, len(prompts), self.batch_size):
             b = collate(prompts[s:s + self.batch_size], self.pad_id, pad_side="left").to(self.vlm.device)
-            sampler = GreedySampler(banned_token_ids())
+            sampler = GreedySampler(banned_token_ids(self.family))
             ids, logp = call_vlm(self.model, self._naive, b, 1, gc, sampler)
             groups += [[c] for c in self._completions(ids, logp, stop_ids)]
         return groups
@@ -396,6 +397,7 @@ class HFEngine:
         "One prefill of B prompts (left padded) but their last token, each cache row repeated n times, one generate."
         from transformers import DynamicCache
         from easyvideor1.prefix import _cache_kw
+        from easyvideor1.models import repeat_cache_rows
         inputs = _first_forward_inputs(model, batch)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]  # (B, P), 0 on the left padding
         P, core = ids.shape[1], model.model
@@ -407,7 +409,7 @@ class HFEngine:
                   for k, v in inputs.items()}
         kw = _cache_kw(model)
         model(**prefix, position_ids=pos[..., :-1], **{kw: cache}, use_cache=True, logits_to_keep=1)
-        _repeat_cache(cache, n)
+        repeat_cache_rows(cache, n)  # keys / values, and Qwen3.5's linear-attention states
         core.rope_deltas = core.rope_deltas.repeat_interleave(n, 0)  # (B*n, 1)
         return self._run(model, P, gc, sampler, input_ids=ids.repeat_interleave(n, 0),
                          position_ids=pos.repeat_interleave(n, 1),
@@ -495,7 +497,7 @@ def vllm_sampling_params(sc: SamplingConfig, tokenizer, n: int | None = None, ma
     return SamplingParams(n=n or sc.n, temperature=sc.temperature, top_p=sc.top_p, top_k=-1, seed=sc.seed,
                           max_tokens=max_tokens or sc.max_new_tokens,
                           stop_token_ids=token_ids_of(tokenizer, sc.stop), logprobs=0,
-                          bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()),
+                          bad_words=_vision_tokens(),
                           skip_special_tokens=True)
 
 # %% ../nbs/08_rollout.ipynb #8901684a
@@ -631,7 +633,7 @@ def chat_request(prompt: RolloutPrompt, family: str, sc: SamplingConfig, tokeniz
                 temperature=sc.temperature, top_p=sc.top_p, top_k=-1, seed=sc.seed,
                 max_tokens=max_tokens or sc.max_new_tokens,
                 stop_token_ids=token_ids_of(tokenizer, sc.stop), logprobs=True, top_logprobs=0,
-                bad_words=tokenizer.convert_ids_to_tokens(banned_token_ids()), skip_special_tokens=True,
+                bad_words=_vision_tokens(), skip_special_tokens=True,
                 add_generation_prompt=False, return_token_ids=True,
                 mm_processor_kwargs={"do_sample_frames": False, "do_resize": False}, **extra)
 
@@ -796,7 +798,7 @@ def parity_report(family: str, workdir,
             r["unbanned_argmax_is_video_pad"] = int(model(**kw).logits[0, -1].argmax()) == vid
         eng.push_weights(model)
         out = eng.generate(prompts[:1], SamplingConfig(n=2, temperature=1.0, max_new_tokens=4))
-        r["banned_sampled"] = len(set(banned_token_ids()) & {t for c in out[0] for t in c.token_ids})
+        r["banned_sampled"] = len(set(banned_token_ids(family)) & {t for c in out[0] for t in c.token_ids})
     finally:
         if engine == "server": eng.close()
     return r

@@ -30,7 +30,8 @@ VIDEO_MIN_TOKENS, VIDEO_MAX_TOKENS = 128, 768     # per-frame pixel bounds, in u
 IMAGE_MIN_TOKENS, IMAGE_MAX_TOKENS = 4, 16384
 MODEL_SEQ_LEN = 128000    # qwen-vl-utils' default total budget is 0.9 * MODEL_SEQ_LEN tokens
 MAX_RATIO = 200
-FAMILY_FACTOR = {"qwen2_vl": 28, "qwen2_5_vl": 28, "qwen3_vl": 32}  # patch size * spatial merge (14*2, 16*2)
+FAMILY_FACTOR = {"qwen2_vl": 28, "qwen2_5_vl": 28, "qwen3_vl": 32,  # patch size * spatial merge (14*2, 16*2)
+                 "qwen3_5": 32}  # Qwen3.5 ships Qwen3-VL's vision settings and processors
 
 def round_by_factor(x, factor:int) -> int: return round(x / factor) * factor
 

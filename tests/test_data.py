@@ -187,3 +187,20 @@ def test_generate_on_left_padded_mixed_batch(fam, suite, procs):
     for i, x in enumerate(xs):
         one = model.generate(**collate([x], p.tokenizer.pad_token_id, "left").model_kwargs(), max_new_tokens=3, do_sample=False)
         assert one[0, -3:].tolist() == out[i, -3:].tolist()
+
+
+def test_qwen3_5_contract_is_its_processors_grid(suite):
+    "Qwen3.5's contract (factor 32) sizes frames its processor takes unresized: grid = frames / 2 x H / 16 x W / 16."
+    from easyvideor1.models import qwen_processor
+    from easyvideor1.video import FAMILY_FACTOR
+    p = qwen_processor("qwen3_5")
+    assert FAMILY_FACTOR["qwen3_5"] == p.video_processor.patch_size * p.video_processor.merge_size == 32
+    video, image = stand_in_media(suite, "qwen3_5")
+    rows = read_samples(suite / "train.jsonl")
+    for s, m in ((rows[0], video), (rows[1], image)):
+        x = prompt_inputs(p, s, m)
+        check_inputs(x, p)
+        frames = (m.videos or m.images)[0]
+        T, H, W = (frames.shape[0], *frames.shape[-2:]) if m.videos else (2, *frames.shape[-2:])
+        assert (x.video_grid_thw if m.videos else x.image_grid_thw).tolist() == [[T // 2, H // 16, W // 16]]
+        assert int((x.input_ids == (p.video_token_id if m.videos else p.image_token_id)).sum()) == T // 2 * H * W // 32**2

@@ -232,3 +232,19 @@ def test_every_path_unwraps_a_ground_truth_as_the_reward_router_does(tmp_path):
            "evaluate training record": read_training_format(BENCHMARKS["MVBench"], training, "t.jsonl:1").answer}
     assert got == dict.fromkeys(got, "5"), got
     assert compute_score("<answer>5</answer>", sol, "numerical")["accuracy"] == 1.0
+
+
+def test_qwen3_5_folder_through_the_evaluator(tmp_path, capsys):
+    "A saved Qwen3.5 folder: the CLI reads its family (factor 32 contract), the HF engine answers every item."
+    from easyvideor1.models import save_vlm
+    from easyvideor1.synthetic import make_suite
+    suite = make_suite(tmp_path / "suite", n_per_task=0, n_test=1, seed=0, tasks=["direction", "ground"])
+    model = save_vlm(tmp_path / "tiny35", "qwen3_5", "tiny", seed=0)
+    run = tmp_path / "runs" / "tiny35"
+    assert main(["run", "--model", str(model), "--bench", str(suite / "test.jsonl"), "--out", str(run), "--device", "cpu",
+                 "--max-new-tokens", "4", "--max-frames", "4", "--no-progress"]) in (0, None)
+    out = capsys.readouterr().out
+    s = next(json.loads(l) for l in reversed(out.splitlines()) if l.startswith('{"benchmark"'))
+    assert (s["benchmark"], s["n"], s["failed"]) == ("Synthetic", 2, 0)
+    man = json.loads((run / "test.manifest.json").read_text())
+    assert man["video_contract"]["factor"] == 32 and man["image_contract"]["factor"] == 32

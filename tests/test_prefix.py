@@ -24,7 +24,7 @@ def models():
 
 def toy_prompt(fam, kind, n_frames=8):
     "A real prompt of the family through `data.prompt_inputs` (synthetic clip / image / text)."
-    proc, rng, side = qwen_processor(fam), np.random.default_rng(0), {"qwen2_5_vl": 56, "qwen3_vl": 64}[fam]
+    proc, rng, side = qwen_processor(fam), np.random.default_rng(0), {"qwen2_5_vl": 56}.get(fam, 64)
     if kind == "text": return prompt_inputs(proc, Sample("t", "What is 7 x 6?", "numerical", "42"), Media())
     if kind == "image":
         ex = ground_image(rng, size=side, square=12)
@@ -180,3 +180,33 @@ def test_checkpointed_layer_refuses_a_plain_cache(models):
     ids = torch.randint(100, 200, (1, 4))
     with checkpointed_layers(m), pytest.raises(RuntimeError, match="replay would update it"):
         m.model.language_model(input_ids=ids, past_key_values=DynamicCache(config=m.config.get_text_config()), use_cache=True)
+
+
+# Qwen3.5's gate parameters (the decay a = -exp(A_log) * softplus(in_proj_a x + dt_bias)) get small gradients that are
+# sums of cancelling terms; transformers' chunked Gated DeltaNet kernel runs them in fp32 whatever the model dtype, and
+# splitting the sequence at the prompt (shared) or not (naive) changes its chunking: their gradients agree to ~5e-6
+# absolute (relative: up to a few %), every other parameter to 1e-4 relative.
+GATES = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_proj_a")
+
+
+def test_qwen3_5_hybrid_shared_prefix_equals_naive():
+    "Qwen3.5: the linear-attention layers' conv and recurrent states repeated across the group, as keys and values are."
+    m, p = qwen_vlm("qwen3_5", "tiny", seed=0), toy_prompt("qwen3_5", "video")
+    assert m.config.text_config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    g = torch.Generator().manual_seed(0)
+    ids, adv = torch.randint(100, 20000, (5, 7), generator=g), torch.randn(5, generator=g)
+    mask = torch.ones(5, 7); mask[2, 5:] = 0
+    with torch.no_grad():
+        lp_n, ent_n = group_logprobs(m, p, ids, mask, shared_prefix=False, temperature=0.7, entropy=True)
+        for cs in (None, 2):
+            lp_s, ent_s = group_logprobs(m, p, ids, mask, temperature=0.7, entropy=True, chunk_size=cs)
+            assert (lp_s - lp_n).abs().max() <= 1e-5
+            assert (ent_s - ent_n).abs().max() <= 1e-4
+    ref = grads(m, lambda: micro_batched_backward(m, p, ids, mask, adv, 5, shared=False))
+    for chunk, ck in ((5, False), (2, True)):
+        got = grads(m, lambda: micro_batched_backward(m, p, ids, mask, adv, chunk, shared=True, checkpoint=ck))
+        gates = [n for n in ref if any(k in n for k in GATES)]
+        assert len(gates) == 9 and max((got[n] - ref[n]).abs().max().item() for n in gates) <= 2e-5, (chunk, ck)
+        assert max_rel({n: got[n] for n in ref if n not in gates}, {n: ref[n] for n in ref if n not in gates}) <= 1e-4
+        assert any("visual" in n and v.norm() > 0 for n, v in got.items())
+        assert any("linear_attn.conv1d" in n and v.norm() > 0 for n, v in got.items())

@@ -9,7 +9,7 @@ from easyvideor1.models import qwen_vlm, qwen_processor
 from easyvideor1.data import collate
 from easyvideor1.rollout import HFEngine, RolloutPrompt, SamplingConfig, demo_prompts, logprob_parity, trainer_inputs
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])  # qwen3_5: linear-attention states repeated too
 def test_shared_prefix_equals_naive_mixed_batch(family):
     model, proc = qwen_vlm(family, "tiny", seed=1), qwen_processor(family)
     text_only = proc.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "Say hi."}]}],
@@ -41,14 +41,14 @@ def test_vllm_tests_skip_with_reason():
     out = " ".join(p.stdout.split())  # pytest wraps the reason at the terminal width
     assert "1 skipped" in out and "vllm is not installed" in out, p.stdout
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_hf_engine_never_samples_a_vision_token(family):
     "A model biased to emit <|video_pad|> (its argmax after the prompt) still gets no vision token from the HF engine."
     from easyvideor1.rollout import banned_token_ids
     model, proc = qwen_vlm(family, "tiny", seed=3), qwen_processor(family)
     prompt = trainer_inputs(proc, demo_prompts(family, proc, seed=3)[1:])[0]  # the image prompt (small)
     kw = collate([prompt], 0).model_kwargs()
-    banned = banned_token_ids()
+    banned = banned_token_ids(family)
     with torch.no_grad():  # every banned row of lm_head points along the last hidden state: each beats every other token
         o = model(**kw, output_hidden_states=True)
         h = o.hidden_states[-1][0, -1]  # (D,)

@@ -372,3 +372,20 @@ def test_draw_groups_mixes_offline_and_scores_online_once_unless_conditional(mon
         cfg2 = T.dataclasses.replace(cfg, offline_threshold=0.2)
         d2 = T.draw_groups(Engine(), [s], [None], [None], off, SamplingConfig(n=1), cfg2, step=0, rank=0, clock=T.StepClock())
         assert [t.is_offline for t in d2.groups[0]] == [False] * 3  # 1/3 >= 0.2: the group keeps its online answers
+
+
+def test_qwen3_5_resume_is_exact(tiny_suite, tmp_path):
+    "Qwen3.5 (hybrid layers) through the trainer: warm start, a GRPO step, a crash before its checkpoint, resume: same weights."
+    import shutil
+    cfg = dict(TINY, model="qwen3_5:tiny", max_steps=1, eval_n=1)  # checkpoints: the hand-over and the end
+    full = tmp_path / "full"
+    _suite_link(tiny_suite, full)
+    train(load_config(overrides=dict(cfg, output_dir=str(full))))
+    res = tmp_path / "resumed"
+    shutil.copytree(full, res, symlinks=True)
+    shutil.rmtree(sorted((res / "checkpoints").glob("step_*"))[-1])
+    (res / "params_rank0.sha256").unlink()
+    train(load_config(overrides=dict(cfg, output_dir=str(res), resume=True)))
+    assert (res / "params_rank0.sha256").read_text() == (full / "params_rank0.sha256").read_text()
+    m_full, m_res = read_jsonl(full / "metrics.jsonl"), read_jsonl(res / "metrics.jsonl")
+    assert [m["phase"] for m in m_full] == ["sft", "grpo"] and m_res[-1]["loss"] == m_full[-1]["loss"]

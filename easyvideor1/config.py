@@ -163,12 +163,16 @@ class TrainConfig:
     tensorboard: bool = True  # log to TensorBoard through accelerate's trackers
 
 # %% ../nbs/09e_config.ipynb #f67bb5f1
+def _config_source() -> str:
+    "`TrainConfig`'s source: its own, or the exported module's copy where it was defined in a notebook cell."
+    try: return inspect.getsource(TrainConfig)
+    except (OSError, TypeError):
+        from easyvideor1 import config as exported
+        return inspect.getsource(exported.TrainConfig)
+
 def config_help() -> dict[str, str]:
     "Field name -> its comment in `TrainConfig`'s source (the CLI help); a comment goes on over `#   ` lines."
-    try: src = inspect.getsource(TrainConfig)
-    except (OSError, TypeError):  # defined in a notebook cell: read the exported module's copy
-        from easyvideor1 import config as exported
-        src = inspect.getsource(exported.TrainConfig)
+    src = _config_source()
     helps, last = {}, None
     for line in src.splitlines():
         if m := re.match(r"^\s+(\w+): [^=]+=.*?  # (.*)$", line):
@@ -183,10 +187,7 @@ def config_help() -> dict[str, str]:
 # %% ../nbs/09e_config.ipynb #cfgsec002
 def config_sections() -> dict[str, list[str]]:
     "Section name -> its field names, in `TrainConfig`'s order (`# --- name` headers; the first is `core`)."
-    try: src = inspect.getsource(TrainConfig)
-    except (OSError, TypeError):  # defined in a notebook cell: read the exported module's copy
-        from easyvideor1 import config as exported
-        src = inspect.getsource(exported.TrainConfig)
+    src = _config_source()
     sections, cur = {}, None
     for line in src.splitlines():
         if m := re.match(r"^\s+# --- ([^:(]+)", line):  # "# --- media budgets (...)": "media budgets"

@@ -53,10 +53,8 @@ def micro_batched_backward(model, prompt, ids, mask, adv, chunk, shared, checkpo
     return fn
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("fam", FAMILIES)
-def test_logprobs_entropy_and_gradients_equal_naive(models, fam, kind):
-    m, p = models[fam], toy_prompt(fam, kind, n_frames=8 if kind != "video" else 16)
+def group_and_logprobs_equal_naive(m, p):
+    "A group of 5 random completions of 7 tokens (one padded), advantages; asserts shared log-probs and entropies equal naive."
     g = torch.Generator().manual_seed(0)
     ids, adv = torch.randint(100, 20000, (5, 7), generator=g), torch.randn(5, generator=g)
     mask = torch.ones(5, 7); mask[2, 5:] = 0
@@ -67,6 +65,14 @@ def test_logprobs_entropy_and_gradients_equal_naive(models, fam, kind):
             assert (lp_s - lp_n).abs().max() <= 1e-5
             assert (ent_s - ent_n).abs().max() <= 1e-4  # entropies are ~12 nats: same relative precision
         assert (lp_n[mask == 0] == 0).all()
+    return ids, mask, adv
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_logprobs_entropy_and_gradients_equal_naive(models, fam, kind):
+    m, p = models[fam], toy_prompt(fam, kind, n_frames=8 if kind != "video" else 16)
+    ids, mask, adv = group_and_logprobs_equal_naive(m, p)
     ref = grads(m, lambda: micro_batched_backward(m, p, ids, mask, adv, 5, shared=False))
     for chunk, ck in ((5, False), (2, False), (2, True)):
         fn = None
@@ -193,15 +199,7 @@ def test_qwen3_5_hybrid_shared_prefix_equals_naive():
     "Qwen3.5: the linear-attention layers' conv and recurrent states repeated across the group, as keys and values are."
     m, p = qwen_vlm("qwen3_5", "tiny", seed=0), toy_prompt("qwen3_5", "video")
     assert m.config.text_config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
-    g = torch.Generator().manual_seed(0)
-    ids, adv = torch.randint(100, 20000, (5, 7), generator=g), torch.randn(5, generator=g)
-    mask = torch.ones(5, 7); mask[2, 5:] = 0
-    with torch.no_grad():
-        lp_n, ent_n = group_logprobs(m, p, ids, mask, shared_prefix=False, temperature=0.7, entropy=True)
-        for cs in (None, 2):
-            lp_s, ent_s = group_logprobs(m, p, ids, mask, temperature=0.7, entropy=True, chunk_size=cs)
-            assert (lp_s - lp_n).abs().max() <= 1e-5
-            assert (ent_s - ent_n).abs().max() <= 1e-4
+    ids, mask, adv = group_and_logprobs_equal_naive(m, p)
     ref = grads(m, lambda: micro_batched_backward(m, p, ids, mask, adv, 5, shared=False))
     for chunk, ck in ((5, False), (2, True)):
         got = grads(m, lambda: micro_batched_backward(m, p, ids, mask, adv, chunk, shared=True, checkpoint=ck))

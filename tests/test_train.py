@@ -191,6 +191,27 @@ def test_bad_rows_are_checked_before_the_first_step(tiny_suite, tmp_path):
         train(load_config(overrides=dict(cfg, strict_data=True, output_dir=str(tmp_path / "strict"))))
 
 
+def test_a_failed_run_leaves_no_process_group(tiny_suite, tmp_path, monkeypatch):
+    "FSDP2 in one process makes its own group: a run refused at setup and one that crashes after it both destroy it, so the next run in the process starts (a crash once failed every later FSDP2 test of a CI run with 'initialize the default process group twice')."
+    import torch.distributed as dist
+    import easyvideor1.train as T
+    from easyvideor1.validate import ValidationError
+    rows = read_jsonl(tiny_suite / "suite" / "train.jsonl")
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows + [dict(rows[0], problem_type="interpretive dance")]))
+    cfg = dict(TINY, data=str(data), eval_data=str(tiny_suite / "suite" / "test.jsonl"), media_root=str(tiny_suite / "suite"),
+               parallel="fsdp2", max_steps=1)
+    with pytest.raises(ValidationError):  # refused in setup_run, after launch made the group
+        train(load_config(overrides=dict(cfg, strict_data=True, output_dir=str(tmp_path / "strict"))))
+    assert not dist.is_initialized()
+
+    def crash(*a, **k): raise RuntimeError("crashed mid-run")
+    monkeypatch.setattr(T, "evaluate_and_keep", crash)  # the first thing a started run does
+    with pytest.raises(RuntimeError, match="crashed mid-run"):
+        train(load_config(overrides=dict(cfg, output_dir=str(tmp_path / "crash"))))
+    assert not dist.is_initialized()
+
+
 def test_code_rows_pass_their_tests_to_the_scorer():
     "A code row's `tests` reach the reward: a wrong function that compiles no longer earns full marks."
     from easyvideor1.data import Sample

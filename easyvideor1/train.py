@@ -319,7 +319,7 @@ def after_step(run: Run, step: int) -> bool:
 
 # %% ../nbs/10_train.ipynb #f9cfaab5
 def finish(run: Run, end: int) -> dict:
-    "The last evaluation and checkpoint, the digests, the curve and table; the engine and the run closed."
+    "The last evaluation and checkpoint, the digests, the curve and table (`release` closes the run)."
     cfg, out = run.cfg, run.out
     final = evaluate_and_keep(run, end)["test"]
     if end > run.start: save_run(run, end)  # after the last evaluation, so the checkpoint knows the best step
@@ -334,7 +334,6 @@ def finish(run: Run, end: int) -> dict:
         md = table_md(final, at(0), warm, *((at(best["step"]), best["step"]) if best else ()))
         (out / "final.md").write_text(md + "\n")
         show_table(md)
-    release(run.engine, run.own_group, run.acc)
     return final
 
 # %% ../nbs/10_train.ipynb #4fe960f1
@@ -352,10 +351,9 @@ def train(cfg: TrainConfig) -> dict:
             log_step(run, step, row, bar)
             end = step + 1
             if after_step(run, step): break
-    except BaseException:  # a crash (or Ctrl-C) keeps the last checkpoint, and frees the engine and group
+        return finish(run, end)
+    finally:  # finished, crashed or interrupted: the engine closed, the group freed (the last checkpoint stays)
         release(run.engine, run.own_group, run.acc)
-        raise
-    return finish(run, end)
 
 # %% ../nbs/10_train.ipynb #035a931b
 def main(argv: list[str] | None = None):

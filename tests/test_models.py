@@ -116,6 +116,20 @@ def test_qwen3_5_tokenizer_ids_and_hybrid_layers():
     assert qwen_vl_config("qwen3_5", "9b").text_config.layer_types.count("full_attention") == 8
 
 
+def test_qwen3_5_9b_shape_is_transformers_9b_style_default():
+    "transformers' Qwen3.5 configs default to the 9B's shape (their docstrings say so): our `9b` must equal it."
+    from transformers import Qwen3_5TextConfig, Qwen3_5VisionConfig
+    from easyvideor1.models import qwen_vl_config
+    c, text, vision = qwen_vl_config("qwen3_5", "9b"), Qwen3_5TextConfig(), Qwen3_5VisionConfig()
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+              "linear_value_head_dim", "linear_conv_kernel_dim", "layer_types"):
+        assert getattr(c.text_config, k) == getattr(text, k), k
+    for k in ("hidden_size", "intermediate_size", "depth", "num_heads", "patch_size", "spatial_merge_size",
+              "temporal_patch_size", "num_position_embeddings"):
+        assert getattr(c.vision_config, k) == getattr(vision, k), k
+
+
 def test_text_config_ties_the_head_as_the_model_does():
     "vLLM ties lm_head by the text config's flag: it must say what the model does (Qwen3.5's said False once)."
     from easyvideor1.models import FAMILIES, VLM_SHAPES, qwen_vl_config

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -96,12 +96,17 @@ def _letters(options: list[str]) -> list[str]: return [f"{chr(65 + i)}. {o}" for
 def direction_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8, fps: float = 2.0,
                    noise: int = 10,
                    speed: tuple[int, int] = (6, 10),  # px per frame, drawn uniformly (inclusive)
-                   square: int = 16, color: str = "white",
+                   square: int = 16,
+                   color: str | Sequence[str] = "white",  # a colour of `COLORS`, or several: one drawn per clip
                    n_options: int = 2,  # 2: left/right; 4: left/right/up/down
                    ) -> Example:
     "Multiple choice: which direction does the square move?"
     if n_options not in (2, 4):
         raise ValueError(f"direction_clip: n_options must be 2 or 4, got {n_options}")
+    colors = [color] if isinstance(color, str) else list(color)
+    if not colors or [c for c in colors if c not in COLORS]:
+        raise ValueError(f"direction_clip: color must name colours of {list(COLORS)}, got {color!r}")
+    if not isinstance(color, str): color = colors[rng.integers(len(colors))]
     names = list(DIRECTIONS)[:n_options]
     d = names[rng.integers(n_options)]
     boxes = _path(rng, n_frames, size, square, _speed(rng, speed), d)

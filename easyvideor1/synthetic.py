@@ -104,7 +104,7 @@ def direction_clip(rng: np.random.Generator, size: int = 112, n_frames: int = 8,
     if n_options not in (2, 4):
         raise ValueError(f"direction_clip: n_options must be 2 or 4, got {n_options}")
     colors = [color] if isinstance(color, str) else list(color)
-    if not colors or [c for c in colors if c not in COLORS]:
+    if not colors or any(c not in COLORS for c in colors):
         raise ValueError(f"direction_clip: color must name colours of {list(COLORS)}, got {color!r}")
     if not isinstance(color, str): color = colors[rng.integers(len(colors))]
     names = list(DIRECTIONS)[:n_options]

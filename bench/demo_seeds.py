@@ -15,6 +15,7 @@ format >= 0.95, and a task without offline trajectories (colour) was near chance
     python bench/demo_seeds.py                          # 6 runs of the default recipe, ~50 minutes on 2 cores
     python bench/demo_seeds.py --seeds 0 --threads 2    # one run
     python bench/demo_seeds.py lr=3e-4                  # any config override goes to every run
+    python bench/demo_seeds.py --config configs/qwen35-tiny-cpu.yaml --threads 1   # a preset instead of the default
 """
 import argparse, json, os, subprocess, sys, time
 from pathlib import Path
@@ -75,6 +76,7 @@ def main():
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="OMP_NUM_THREADS values")
     p.add_argument("--cores", type=int, default=os.cpu_count(), help="threads that may run at once")
     p.add_argument("--out", default="runs/demo-seeds")
+    p.add_argument("--config", help="a preset YAML for every run (default: the embedded tiny-cpu recipe)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides for every run")
     a = p.parse_args()
     out = Path(a.out)
@@ -86,6 +88,7 @@ def main():
         env = dict(os.environ, OMP_NUM_THREADS=str(t), MKL_NUM_THREADS=str(t), TQDM_DISABLE="1",
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         cmd = [sys.executable, "-m", "easyvideor1.train", f"seed={s}", f"output_dir={d}", *a.overrides]
+        if a.config: cmd += ["--config", a.config]
         log = open(d / "log.txt", "w")
         print(f"start seed {s}, {t} thread(s): {d}", flush=True)
         return (s, t, subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), time.time())

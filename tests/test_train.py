@@ -163,8 +163,9 @@ def test_every_preset_runs_shrunk(preset, tiny_suite, tmp_path):
     cfg = load_config(ROOT / "configs" / preset)
     fam = cfg.model.split(":")[0] if ":" in cfg.model else "qwen2_5_vl"
     out = tmp_path / preset
+    # a preset with its own suite options makes its own tiny suite (written through the link, the shared one would change)
     if cfg.synthetic_task_options == load_config().synthetic_task_options: _suite_link(tiny_suite, out)
-    else: out.mkdir(parents=True)  # its own suite options: its own tiny suite (written through a link, the shared one would change)
+    else: out.mkdir(parents=True)
     shrunk = dict(model=f"{fam}:tiny", video_max_frames=4, video_min_pixels=3136, video_max_pixels=12544, image_min_pixels=3136,
                   image_max_pixels=12544, prompts_per_step=2, group_size=2, max_new_tokens=8, sft_steps=1, sft_batch_size=2,
                   max_steps=1, eval_n=2, eval_every=0, save_every=0, engine="hf", vllm_sleep=False, output_dir=str(out), tensorboard=False,

@@ -5,6 +5,7 @@ Default shape, the paper's: Qwen3-VL-8B (`qwen_vl_config("qwen3_vl", "8b")`), on
 `updates_per_batch` = 1, beta = 0 (no reference pass), activation checkpointing off and on.
 
     python bench/flops.py                                   # the 8B shape (about 2 minutes on 2 cores)
+    python bench/flops.py --family qwen3_5 --size 2b        # Qwen3.5-2B, the hybrid (Gated DeltaNet) family
     python bench/flops.py --size small --frames 4 --res 64 --new-tokens 4 --G 2 --chunk 2 --verify --verify-decode
 
 How the executed FLOPs are counted. `torch.utils.flop_counter.FlopCounterMode` around the real code of each phase:
@@ -22,7 +23,8 @@ memory, no arithmetic), while token ids, grids, masks and positions stay real, s
 tower's grid code read their values; a boolean index by a real mask becomes its real `nonzero()`, and `.item()` of
 a fake value (the loss and the gradient norm, statistics only) reads 0 (`stub_reads` counts them). (2) The model is
 built at reduced depth and scaled: every count is linear in the number of blocks of each kind (decoder layers;
-vision blocks, for Qwen2.5-VL windowed and full-attention ones apart), so F(full) = F(base) + sum over kinds of
+vision blocks, for Qwen2.5-VL windowed and full-attention ones apart, for Qwen3.5 Gated DeltaNet and full-attention
+decoder layers apart), so F(full) = F(base) + sum over kinds of
 (n_full - n_base) * (F(base + one block of the kind) - F(base)); embeddings, lm_head and mergers are counted once in
 F(base). The base keeps every merger in use (Qwen3-VL: as many decoder layers as deepstack mergers, else a merger's
 output goes unused and has no backward). `--verify` counts the full depth directly and asserts equality (exact
@@ -31,16 +33,24 @@ backward (the node running was made inside the module's forward), since a tower'
 Attention kernels (CPU `_scaled_dot_product_flash_attention_for_cpu`, forward and backward) are counted as the GPU
 kernels run them: a causal call over its lower triangle only (flash attention skips the masked blocks), a call with
 an explicit mask over the full rectangle (the masked kernel computes every score). FlopCounterMode counts matmuls,
-convolutions and attention only: norms, softmax, rope and the optimizer's element-wise work are not FLOPs here.
+convolutions and attention only: norms, softmax, rope and the optimizer's element-wise work are not FLOPs here. A
+convolution's backward is torch's count with a grouped convolution's weight gradient divided by its groups (torch
+counts it as dense: Qwen3.5's depthwise conv1d came out C times over). Qwen3.5's gated delta rule (the linear-attention
+core of its Gated DeltaNet layers) is counted by a stand-in at its recurrence's FLOPs, 6 d_k d_v per token and value
+head forward and twice that backward (`DeltaRule`), in the executed column as in the least: which kernel runs decides
+its real count (fla's chunked kernel on a GPU; transformers' one-token fallback is element-wise and would count 0),
+so the ratios measure what the trainer does around it.
 
 The least the step must execute, per group (one prompt of P tokens, V_p patches, V_m = V_p / 4 merged tokens; G
 completions of T tokens). N_b: matmul weights of the decoder layers (q, k, v, o, gate, up, down), N_h: lm_head (d x
 vocabulary), N_vp: vision weights applied per patch (patch embedding, every block), N_vm: weights per merged token
-(merger, deepstack mergers); embeddings and norms are not matmuls. A forward pass costs
+(merger, deepstack mergers); embeddings and norms are not matmuls. Qwen3.5: N_b holds its Gated DeltaNet layers'
+projections and depthwise conv1d (2 FLOPs per weight and token, as a matmul's). A forward pass costs
     vision: 2 N_vp V_p + 2 N_vm V_m + 4 d_v sum_blocks sum_segments s^2   (each segment of s patches attends within
             itself: Qwen3-VL a frame pair, Qwen2.5-VL a window or a frame pair)
     text:   2 N_b tokens + 2 N_h logits + 4 L h_q d_h sum_tokens c   (c: keys a token attends to, itself included:
-            QK^T and AV, causal)
+            QK^T and AV, causal; L: the full-attention layers)
+            + 6 L_lin h_v d_k d_v tokens   (Qwen3.5: the delta rule in each of its L_lin Gated DeltaNet layers)
 and a trained pass 3 x that (6 N per token; attention backward = 2 x forward). Logits: one full-vocabulary row per
 sampled or scored token (G T). The vision tower runs once per clip and pass. The language model takes the prompt once
 per group where the shared prefix is on, once per completion on the naive path (its least: G sequences of P + T - 1):
@@ -65,8 +75,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop as torch_conv_backward_flop
 from transformers import AutoModelForImageTextToText, DynamicCache
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
+from transformers.models.qwen3_5 import modeling_qwen3_5
 
 import easyvideor1.data as evdata
 from easyvideor1 import models as evmodels
@@ -129,16 +141,76 @@ def sdpa_backward_flop(grad_out, q, k, v, out, lse, dropout_p=0.0, is_causal=Fal
     return 2 * sdpa_flop(q, k, v, dropout_p, is_causal)
 
 
+def conv_backward_flop(grad_out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups,
+                       output_mask, out_shape=None, **kw) -> int:
+    """A convolution's backward: torch's count, but a grouped convolution's weight gradient divided by the groups.
+    torch (2.14) counts that gradient as a dense convolution's, so Qwen3.5's depthwise conv1d (groups = its C channels)
+    came out C times over (the pull request pytorch/pytorch#183405 divides it by the groups upstream)."""
+    args = (grad_out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+    dx = torch_conv_backward_flop(*args, [output_mask[0], False, False], out_val=out_shape)
+    dw = torch_conv_backward_flop(*args, [False, output_mask[1], False], out_val=out_shape)
+    return dx + dw // groups
+
+
+DELTA = "gated delta rule"  # the key under which the stand-in below adds Qwen3.5's linear-attention core
+
+
+def delta_rule_flop(b: int, L: int, h_v: int, d_k: int, d_v: int) -> int:
+    """The gated delta rule's core, forward, as its recurrence runs it: per token and value head a d_k x d_v state S
+    is read with the key (S^T k), updated by a rank-1 term (k (beta (v - S^T k))^T) and read with the query (S^T q):
+    three d_k x d_v products, 6 d_k d_v. The decay (g S) and the gate are element-wise: not FLOPs here."""
+    return 6 * b * L * h_v * d_k * d_v
+
+
+class DeltaRule(torch.autograd.Function):
+    """Stands in for Qwen3.5's gated delta rule (`torch_chunk_gated_delta_rule` and `torch_recurrent_gated_delta_rule`
+    during a count): outputs of the right shapes, its FLOPs added to the counter at the recurrence's count, forward and
+    (2 x) backward. The executed count of the real kernels depends on which runs (fla's chunked kernel on a GPU adds
+    intra-chunk products; transformers' one-token fallback is element-wise and would count 0), so this bench counts
+    the core at its least in both columns: its ratios measure everything around it."""
+    counter = None  # the FlopCounterMode of the count under way
+
+    @staticmethod
+    def add(flop: int):
+        fc = DeltaRule.counter
+        for par in set(fc.mod_tracker.parents): fc.flop_counts[par][DELTA] += flop
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, state):
+        b, L, h_v, d_v = v.shape  # q, k: (b, L, h_k, d_k), each key head serving h_v / h_k value heads
+        d_k = k.shape[-1]
+        ctx.flop, ctx.inputs = delta_rule_flop(b, L, h_v, d_k, d_v), (q, k, v, g, beta, state)
+        DeltaRule.add(ctx.flop)
+        return torch.empty_like(v), v.new_empty((b, h_v, d_k, d_v), dtype=torch.float32)  # out, final state
+
+    @staticmethod
+    def backward(ctx, d_out, d_state):
+        DeltaRule.add(2 * ctx.flop)  # as attention's: the backward is twice the forward
+        return tuple(None if x is None else torch.empty_like(x) for x in ctx.inputs)
+
+
+def delta_rule_stand_in(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
+                        **kw):
+    "Both of transformers' delta-rule functions' signature (the recurrent one is called with keywords after beta)."
+    out, state = DeltaRule.apply(query, key, value, g, beta, initial_state)
+    return out, state if output_final_state else None
+
+
 # --- model at a depth -------------------------------------------------------------------------------------------
 
-COUNTED = ["qwen2_5_vl", "qwen3_vl"]  # the families whose layers this count knows (models.VLM_SHAPES has more)
+COUNTED = ["qwen2_5_vl", "qwen3_vl", "qwen3_5"]  # the families whose layers this count knows
 
 
 def block_counts(family: str, size: str) -> dict[str, int]:
-    "Blocks of each kind at full depth: decoder layers, vision blocks (Qwen2.5-VL: windowed and full attention)."
+    "Blocks of each kind at full depth: decoder layers (Qwen3.5: Gated DeltaNet and full attention), vision blocks."
     s = VLM_SHAPES[family][size]
-    depth, special = s["vision"][2], s["vision"][4]
+    depth = s["vision"][2]
+    if family == "qwen3_5":
+        types = evmodels.qwen_vl_config(family, size).text_config.layer_types
+        return {"linear layer": types.count("linear_attention"), "attention layer": types.count("full_attention"),
+                "vision block": depth}
     if family == "qwen3_vl": return {"text layer": s["text"][2], "vision block": depth}
+    special = s["vision"][4]  # Qwen2.5-VL: windowed and full-attention vision blocks
     return {"text layer": s["text"][2], "vision window block": depth - len(special),
             "vision full block": len(special)}
 
@@ -146,6 +218,7 @@ def block_counts(family: str, size: str) -> dict[str, int]:
 def base_counts(family: str, size: str) -> dict[str, int]:
     "The reduced depth counted: the fewest decoder layers and vision blocks that keep every kind and merger."
     s = VLM_SHAPES[family][size]
+    if family == "qwen3_5": return {"linear layer": 1, "attention layer": 1, "vision block": 1}
     # Qwen3-VL: k deepstack mergers feed the first k decoder layers; fewer layers leave some unused (no backward),
     # and the count stops being linear in the depth
     k = len(s["vision"][4])
@@ -157,6 +230,13 @@ def vlm_config(family: str, size: str, counts: dict[str, int]):
     "The size's config (`models.qwen_vl_config`'s builders) with these block counts, every other dimension real."
     s = copy.deepcopy(VLM_SHAPES[family][size])
     text, vision = list(s["text"]), list(s["vision"])
+    if family == "qwen3_5":  # a layer's count depends on its kind, not on where it sits: Gated DeltaNet ones first
+        lin, att = counts["linear layer"], counts["attention layer"]
+        text[2], vision[2] = lin + att, counts["vision block"]
+        s["text"], s["vision"] = tuple(text), tuple(vision)
+        config = evmodels._qwen3_5_config(s)
+        config.text_config.layer_types = ["linear_attention"] * lin + ["full_attention"] * att
+        return config
     text[2] = counts["text layer"]
     if family == "qwen3_vl":  # deepstack features from the first blocks (each merger runs once, wherever it sits)
         vision[2], k = counts["vision block"], len(vision[4])
@@ -240,7 +320,8 @@ class Counter:
 
     @contextlib.contextmanager
     def count(self, out: list):
-        fc = FlopCounterMode(display=False, custom_mapping={SDPA[0]: sdpa_flop, SDPA[1]: sdpa_backward_flop})
+        fc = FlopCounterMode(display=False, custom_mapping={SDPA[0]: sdpa_flop, SDPA[1]: sdpa_backward_flop,
+                                                            aten.convolution_backward: conv_backward_flop})
         # attribution by autograd node, not module hooks: a vision tower's output (a ModelOutput) gets no grad hook
         fc.mod_tracker = Regions({"vision": self.model.model.visual, "head": self.model.lm_head})
         calls, inner = [0], evdata.dummy_vision_inputs
@@ -248,12 +329,19 @@ class Counter:
             calls[0] += 1
             return inner(model)
         evdata.dummy_vision_inputs = counted
+        rules = [(n, getattr(modeling_qwen3_5, n)) for n in ("torch_chunk_gated_delta_rule",
+                                                              "torch_recurrent_gated_delta_rule")]
+        for n, _ in rules: setattr(modeling_qwen3_5, n, delta_rule_stand_in)
+        DeltaRule.counter = fc
         try:
             with fc, self.shapes: yield  # shapes on top: a fake op passes the counter, then the fake mode
-        finally: evdata.dummy_vision_inputs = inner
+        finally:
+            evdata.dummy_vision_inputs = inner
+            for n, f in rules: setattr(modeling_qwen3_5, n, f)
+            DeltaRule.counter = None
         c = fc.get_flop_counts()
         total = lambda d: sum(d.values())
-        attn = lambda d: sum(v for op, v in d.items() if op in SDPA)
+        attn = lambda d: sum(v for op, v in d.items() if op in SDPA or op == DELTA)
         g, vis = c.get("Global", {}), c.get("vision", {})
         out.append(Count(total(g), total(vis), total(c.get("head", {})), attn(g) - attn(vis), calls[0]))
 
@@ -274,7 +362,15 @@ def decode_step(counter: Counter, fake, n: int, context: int) -> Count:
     tc = model.config.get_text_config()
     cache = DynamicCache(config=tc)
     with counter.shapes:
-        for i in range(tc.num_hidden_layers):
+        for i, (layer, block) in enumerate(zip(cache.layers, model.model.language_model.layers)):
+            if isinstance(layer, LinearAttentionCacheLayerMixin):  # Qwen3.5's Gated DeltaNet: conv, recurrent states
+                d = block.linear_attn
+                layer.conv_states[0] = fake_empty((n, d.conv_dim, d.conv_kernel_size), fake)
+                layer.recurrent_states[0] = fake_empty((n, d.num_v_heads, d.head_k_dim, d.head_v_dim), fake)
+                layer.conv_kernel_size[0] = d.conv_kernel_size
+                layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+                layer.has_previous_state[0] = True
+                continue
             kv = (n, tc.num_key_value_heads, context - 1, head_dim(tc))
             cache.update(fake_empty(kv, fake), fake_empty(kv, fake), i)
     ids = torch.full((n, 1), 100, dtype=torch.long, device="cpu")  # (n, 1) a text token
@@ -370,6 +466,9 @@ def combine(runs: dict, full: dict[str, int], base: dict[str, int]) -> dict:
 
 # --- the least --------------------------------------------------------------------------------------------------
 
+MATMULS = (torch.nn.Linear, torch.nn.Conv3d, torch.nn.Conv1d)  # Conv1d: Qwen3.5's depthwise conv (2 x weights / token)
+
+
 def matmul_weights(model) -> dict[str, int]:
     "Matmul weights applied per token: decoder layers, lm_head, vision per patch, vision per merged token."
     out = dict(body=0, head=0, vis_embed=0, vis_patch=0, vis_merged=0)
@@ -379,11 +478,11 @@ def matmul_weights(model) -> dict[str, int]:
     seen = set()
     for mod, part in parts:
         for m in mod.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Conv3d)):
+            if isinstance(m, MATMULS):
                 out[part] += m.weight.numel()
                 seen.add(m)
     missed = [n for n, m in model.named_modules()
-              if isinstance(m, (torch.nn.Linear, torch.nn.Conv3d)) and m not in seen]
+              if isinstance(m, MATMULS) and m not in seen]
     if missed: raise ValueError(f"matmul_weights: no part for {missed}")
     return out
 
@@ -407,10 +506,17 @@ def least_step(config, weights: dict, kinds: dict[str, int], grid, P: int, T: in
     vis = (2 * (weights["vis_embed"] + weights["vis_patch"]) * V_p + 2 * weights["vis_merged"] * V_m
            + 4 * vc.hidden_size * sum(n * sum(s * s for s in vision_segments(config, grid, k))
                                       for k, n in kinds.items() if k.startswith("vision")))
-    A = 4 * tc.num_hidden_layers * tc.num_attention_heads * head_dim(tc)  # per query-key pair: QK^T and AV
+    types = getattr(tc, "layer_types", None) or ["full_attention"] * tc.num_hidden_layers
+    if len(types) != tc.num_hidden_layers or set(types) - {"full_attention", "linear_attention"}:
+        raise ValueError(f"least_step: layer kinds {sorted(set(types))} of {len(types)} layers; counted: full "
+                         f"attention and Qwen3.5's linear attention over all {tc.num_hidden_layers}")
+    A = 4 * types.count("full_attention") * tc.num_attention_heads * head_dim(tc)  # per query-key pair: QK^T and AV
+    # Qwen3.5's Gated DeltaNet layers: the delta rule per token (`delta_rule_flop`), whatever its context
+    D = types.count("linear_attention") * (delta_rule_flop(1, 1, tc.linear_num_value_heads, tc.linear_key_head_dim,
+                                                           tc.linear_value_head_dim) if "linear_attention" in types else 0)
     causal = lambda n: n * (n + 1) // 2
-    lm = lambda tokens, logits, pairs: Count(2 * weights["body"] * tokens + 2 * weights["head"] * logits + A * pairs,
-                                             head=2 * weights["head"] * logits, lm_attn=A * pairs)
+    lm = lambda tokens, logits, pairs: Count(2 * weights["body"] * tokens + 2 * weights["head"] * logits + A * pairs
+                                             + D * tokens, head=2 * weights["head"] * logits, lm_attn=A * pairs + D * tokens)
     V = Count(vis, vis)
     decode_pairs = G * (causal(P + T - 1) - causal(P))  # contexts P + 1 ... P + T - 1
     out = {}
@@ -458,9 +564,7 @@ def gap_causes(ex: dict, least: dict, step, shared: bool, n_logp: int, updates: 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--family", default="qwen3_vl", choices=COUNTED,
-                    help="Qwen3.5 is not counted: its linear-attention layers (a conv and a recurrent state per "
-                         "layer, not keys and values) need their own decode cache and least formula")
+    ap.add_argument("--family", default="qwen3_vl", choices=COUNTED)
     ap.add_argument("--size", default="8b", help="a size of models.VLM_SHAPES (random weights: shapes only)")
     ap.add_argument("--frames", type=int, default=128)
     ap.add_argument("--res", type=int, default=512, help="frame side in pixels (a multiple of patch x merge)")
@@ -524,7 +628,8 @@ def main(argv=None):
         print(f"| {name} | " + " | ".join(cells) + " |")
 
     n_vis = sum(n for k, n in full.items() if k.startswith("vision"))
-    print(f"{a.family} {a.size}: {full['text layer']} decoder layers, {n_vis} vision blocks; matmul weights "
+    layers = full.get("text layer") or f"{full['linear layer'] + full['attention layer']} ({full['linear layer']} Gated DeltaNet, {full['attention layer']} full attention)"
+    print(f"{a.family} {a.size}: {layers} decoder layers, {n_vis} vision blocks; matmul weights "
           f"N_b {w['body'] / 1e9:.3f} B, N_h {w['head'] / 1e9:.3f} B, "
           f"N_vp {(w['vis_embed'] + w['vis_patch']) / 1e6:.0f} M (patch embedding {w['vis_embed'] / 1e6:.1f} M), "
           f"N_vm {w['vis_merged'] / 1e6:.0f} M")

@@ -24,8 +24,7 @@ import torch
 from easyvideor1.data import SampleInputs, collate, encode_vision
 from easyvideor1.grpo import grpo_step
 from easyvideor1.lora import use_vision_features
-from easyvideor1.models import (VIDEO_PAD_ID, VISION_START_ID, VISION_END_ID, IM_START_ID, IM_END_ID,
-                                banned_vision_token_ids, qwen_vlm)
+from easyvideor1.models import banned_vision_token_ids, family_tokens, qwen_vlm
 from easyvideor1.prefix import (PrefixLogp, _cache_kw, completion_positions, forward_prompt, group_micro_batches,
                                 groups_logprobs, prompt_positions, repeated_cache)
 
@@ -39,13 +38,15 @@ def synthetic_video_prompt(model, n_frames: int, res: int, question_len: int = 3
     per_group = h * h // (m * m)  # merged tokens per temporal group
     g = torch.Generator().manual_seed(seed)
     txt = lambda n: torch.randint(100, 20000, (n,), generator=g, device="cpu").tolist()
-    ids = [IM_START_ID, *txt(2)]
-    if fam == "qwen3_vl":  # "<t seconds>" text before every temporal group, as Qwen3-VL's processor writes it
-        for _ in range(t): ids += txt(5) + [VISION_START_ID] + [VIDEO_PAD_ID] * per_group + [VISION_END_ID]
-    else: ids += [VISION_START_ID] + [VIDEO_PAD_ID] * (t * per_group) + [VISION_END_ID]
-    ids += txt(question_len) + [IM_END_ID] + txt(1) + [IM_START_ID] + txt(2)
+    tok = family_tokens(fam)  # the family's ids (Qwen3.5's vocabulary puts them at 248044 on)
+    start, end, pad = tok["<|vision_start|>"], tok["<|vision_end|>"], tok["<|video_pad|>"]
+    ids = [tok["<|im_start|>"], *txt(2)]
+    if fam in ("qwen3_vl", "qwen3_5"):  # "<t seconds>" text before every temporal group, as their processor writes it
+        for _ in range(t): ids += txt(5) + [start] + [pad] * per_group + [end]
+    else: ids += [start] + [pad] * (t * per_group) + [end]
+    ids += txt(question_len) + [tok["<|im_end|>"]] + txt(1) + [tok["<|im_start|>"]] + txt(2)
     ids = torch.tensor(ids, device="cpu")  # (P,) built here, moved by `to`
-    mm = (ids == VIDEO_PAD_ID).long() * 2  # (P,) 2 = video
+    mm = (ids == pad).long() * 2  # (P,) 2 = video
     D = vc.in_channels * tp * ps * ps
     pix = torch.randn(t * h * h, D, generator=g, device="cpu")  # (patches, D)
     return SampleInputs("bench", ids, mm, len(ids), pixel_values_videos=pix, video_grid_thw=torch.tensor([[t, h, h]], device="cpu"),
